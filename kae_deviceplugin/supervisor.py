@@ -1,0 +1,323 @@
+"""The daemon: scan loop, one server per resource, kubelet-restart watch, clean shutdown.
+
+Root tasks live and die together: if one fails, everything stops and the process exits non-zero
+so the DaemonSet restarts it, rather than leaving a half-alive plugin. On a kubelet restart every
+server is stopped and started again and every resource re-registers (simple, obviously right).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from . import metrics_registry
+from .allocate import ContainerOptions
+from .api import KUBELET_SOCKET
+from .broadcast import LatestValue
+from .config import Settings
+from .config_source import ConfigSource
+from .events import log_inventory_changes
+from .kubelet import register_until_done
+from .model import Inventory
+from .pluginwatcher import add_registration_servicer, use_plugin_watcher
+from .resources import EngineChoice, ResourceView, build_views
+from .server import ResourceServer, ServingPolicy, socket_name
+from .sockets import file_identity
+from .sysfs import scan
+from .sysfs_view import sync_view
+
+log = logging.getLogger(__name__)
+
+WATCH_INTERVAL = 0.05  # kubelet.sock / own-socket checks: cheap stats, fast re-registration
+
+
+class Daemon:
+    """Owns every task and server of one plugin process."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        config_source: ConfigSource | None = None,
+        extra_tasks: list[Callable[[Daemon], Coroutine[Any, Any, None]]] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.config_source = config_source
+        self.extra_tasks = extra_tasks or []
+        self.inventory = Inventory()
+        self.views: dict[str, ResourceView] = {}
+        self.latest: dict[str, LatestValue[ResourceView]] = {}
+        self.servers: dict[str, ResourceServer] = {}
+        self.registering: dict[str, asyncio.Task[None]] = {}
+        self.registered: set[str] = set()
+        self.rescan_now = asyncio.Event()
+        self.stopping = asyncio.Event()
+        self.loop_ticks: dict[str, float] = {}
+        self.kubelet_identity = file_identity(self.kubelet_socket)
+        self.view_error_logged = False
+        self._reload_requested = False
+
+    # -- paths and derived settings ------------------------------------------------------------
+
+    @property
+    def socket_dir(self) -> Path:
+        if use_plugin_watcher(self.settings):
+            return self.settings.kubelet_root / "plugins_registry"
+        return self.settings.effective_device_plugin_dir
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self.settings.effective_device_plugin_dir / KUBELET_SOCKET
+
+    def serving_policy(self) -> ServingPolicy:
+        s = self.settings
+        return ServingPolicy(
+            container=ContainerOptions(
+                sysfs_root=s.sysfs_root,
+                state_dir=s.state_dir,
+                sysfs_view=s.container_sysfs_view,
+                uadk_numa_hint=s.env.uadk_numa_hint,
+                openssl_engines=s.env.openssl_engines,
+            ),
+            allocation_policy=s.allocation_policy,
+        )
+
+    def engine_choices(self) -> dict[str, EngineChoice]:
+        return {
+            name: EngineChoice(e.enabled, e.shares, e.functions)
+            for name, e in self.settings.engines.items()
+        }
+
+    # -- status read by probes and metrics (from another thread: only reads references) --------
+
+    def ready(self) -> bool:
+        """Every resource that has devices is registered and the kubelet is streaming from it."""
+        if self.kubelet_identity is None and not use_plugin_watcher(self.settings):
+            return False
+        wanted = [r for r, view in self.views.items() if view.devices and r in self.servers]
+        return bool(wanted) and all(
+            r in self.registered and self.servers[r].servicer.streams > 0 for r in wanted
+        )
+
+    def alive(self, now: float | None = None) -> bool:
+        """Each root loop ticked recently enough."""
+        now = time.monotonic() if now is None else now
+        budget = max(10.0, 3 * self.settings.scan_interval)
+        return all(now - tick < budget for tick in self.loop_ticks.values())
+
+    # -- the main loop ---------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT (exit code 0) or until a root task fails (1)."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.request_stop, signum)
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+        try:
+            return await self._run_tasks()
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(signum)
+
+    async def _run_tasks(self) -> int:
+        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        await self.rescan()
+        roots = [self.scan_loop(), self.watch_loop(), *(task(self) for task in self.extra_tasks)]
+        tasks = [asyncio.create_task(coro) for coro in roots]
+        stop_waiter = asyncio.create_task(self.stopping.wait())
+        done, _ = await asyncio.wait([*tasks, stop_waiter], return_when=asyncio.FIRST_COMPLETED)
+        code = 0
+        for task in done:
+            if task is not stop_waiter and not task.cancelled() and task.exception() is not None:
+                log.critical("stopping: a root task failed", exc_info=task.exception())
+                code = 1
+        for task in [*tasks, stop_waiter]:
+            task.cancel()
+        await asyncio.gather(*tasks, stop_waiter, return_exceptions=True)
+        await self.shutdown()
+        return code
+
+    def request_stop(self, signum: int | None = None) -> None:
+        if signum is not None:
+            log.info("received %s, shutting down", signal.Signals(signum).name)
+        self.stopping.set()
+
+    def request_reload(self) -> None:
+        log.info("received SIGHUP: reloading the configuration")
+        self._reload_requested = True
+        self.rescan_now.set()
+
+    async def shutdown(self) -> None:
+        for task in self.registering.values():
+            task.cancel()
+        self.registering.clear()
+        await asyncio.gather(*(server.stop(grace=0.2) for server in self.servers.values()))
+        self.servers.clear()
+        self.registered.clear()
+        log.info("stopped: streams ended, sockets removed")
+
+    async def scan_loop(self) -> None:
+        while True:
+            self.loop_ticks["scan"] = time.monotonic()
+            try:
+                await asyncio.wait_for(self.rescan_now.wait(), self.settings.scan_interval)
+            except TimeoutError:
+                pass
+            self.rescan_now.clear()
+            await self.maybe_reload()
+            await self.rescan()
+
+    async def rescan(self) -> None:
+        started = time.perf_counter()
+        s = self.settings
+        inventory = await asyncio.to_thread(scan, s.sysfs_root, s.dev_root)
+        metrics_registry.SCAN_DURATION.observe(time.perf_counter() - started)
+        log_inventory_changes(self.inventory, inventory)
+        self.inventory = inventory
+        await self.reconcile()
+
+    async def reconcile(self) -> None:
+        """Bring servers and their published views in line with the inventory and settings."""
+        self.sync_container_view()
+        views = build_views(self.inventory, self.engine_choices())
+        for resource in list(self.servers):
+            if resource not in views:  # disabled: tell the kubelet "no devices", then go
+                self.publish(ResourceView(resource))
+                await self.stop_resource(resource)
+        for resource, view in views.items():
+            self.publish(view)
+            if resource not in self.servers and view.devices:
+                await self.start_resource(resource)
+        self.views = views
+
+    def publish(self, view: ResourceView) -> None:
+        latest = self.latest.get(view.resource)
+        if latest is None:
+            self.latest[view.resource] = LatestValue(view)
+        elif _differs(latest.value, view):
+            latest.publish(view)
+
+    def sync_container_view(self) -> None:
+        if not self.settings.container_sysfs_view:
+            return
+        try:
+            sync_view(self.settings.state_dir, self.inventory.devices)
+            self.view_error_logged = False
+        except OSError as err:
+            if not self.view_error_logged:
+                log.error(
+                    "cannot update the container sysfs view in %s: %s", self.settings.state_dir, err
+                )
+                self.view_error_logged = True
+
+    # -- servers and registration ---------------------------------------------------------------
+
+    async def start_resource(self, resource: str) -> None:
+        extra = None
+        if use_plugin_watcher(self.settings):
+            endpoint = str(self.socket_dir / socket_name(resource))
+
+            def extra(server: Any, resource: str = resource, endpoint: str = endpoint) -> None:
+                add_registration_servicer(server, resource, endpoint, self.mark_registered)
+
+        server = ResourceServer(
+            resource,
+            self.socket_dir,
+            self.latest[resource],
+            self.serving_policy,
+            self.stream_lost,
+            extra,
+        )
+        await server.start()
+        self.servers[resource] = server
+        if not use_plugin_watcher(self.settings):
+            self.register(resource)
+
+    async def stop_resource(self, resource: str) -> None:
+        task = self.registering.pop(resource, None)
+        if task is not None:
+            task.cancel()
+        self.registered.discard(resource)
+        server = self.servers.pop(resource, None)
+        if server is not None:
+            await server.stop(grace=0.2)
+
+    def register(self, resource: str) -> None:
+        old = self.registering.pop(resource, None)
+        if old is not None:
+            old.cancel()
+        self.registered.discard(resource)
+        self.registering[resource] = asyncio.create_task(
+            register_until_done(
+                self.settings.effective_device_plugin_dir,
+                socket_name(resource),
+                resource,
+                lambda: self.mark_registered(resource),
+            )
+        )
+
+    def mark_registered(self, resource: str) -> None:
+        self.registered.add(resource)
+        metrics_registry.REGISTRATIONS.labels(resource).inc()
+
+    def stream_lost(self, resource: str) -> None:
+        self.registered.discard(resource)
+        if resource in self.servers and not self.stopping.is_set():
+            if use_plugin_watcher(self.settings):
+                return  # the plugin watcher re-dials by itself when it sees the socket again
+            self.register(resource)
+
+    async def restart_all(self, why: str) -> None:
+        log.info("%s: restarting %d servers and registering again", why, len(self.servers))
+        resources = list(self.servers)
+        for resource in resources:
+            await self.stop_resource(resource)
+        for resource in resources:
+            await self.start_resource(resource)
+
+    async def watch_loop(self) -> None:
+        """Notice a kubelet restart (new kubelet.sock) or our own socket being removed."""
+        while True:
+            self.loop_ticks["watch"] = time.monotonic()
+            await asyncio.sleep(WATCH_INTERVAL)
+            identity = file_identity(self.kubelet_socket)
+            if identity != self.kubelet_identity:
+                self.kubelet_identity = identity
+                if identity is None:
+                    log.warning(
+                        "kubelet socket %s is gone; waiting for the kubelet", self.kubelet_socket
+                    )
+                    self.registered.clear()
+                    continue
+                metrics_registry.KUBELET_RESTARTS.inc()
+                await self.restart_all("kubelet (re)started")
+                continue
+            lost = [r for r, server in self.servers.items() if not server.socket_intact()]
+            if lost:
+                await self.restart_all(f"socket of {', '.join(sorted(lost))} was removed")
+
+    async def maybe_reload(self) -> None:
+        """Apply a changed configuration file (or SIGHUP); a bad one is logged and ignored."""
+        requested, self._reload_requested = self._reload_requested, False
+        source = self.config_source
+        if source is None or not (requested or source.changed()):
+            return
+        new = source.load(self.settings)
+        if new is None or new == self.settings:
+            return
+        self.settings = new
+        log.info("configuration reloaded from %s", source.path)
+        await self.reconcile()
+
+
+def _differs(old: ResourceView, new: ResourceView) -> bool:
+    """Worth waking every stream for: what the kubelet sees, or which devices back the IDs."""
+    if old.kubelet_view != new.kubelet_view:
+        return True
+    return [(d.device.name, d.device.pci_path) for d in old.devices] != [
+        (d.device.name, d.device.pci_path) for d in new.devices
+    ]

@@ -1,0 +1,240 @@
+"""Discovery: ``scan(sysfs_root, dev_root) -> Inventory``, tolerant of every kernel layout.
+
+Rules for input it cannot make sense of (documented in the README, pinned by tests):
+
+* no ``class/uacce`` directory: no KAE on this node, an empty inventory;
+* an entry whose name is not ``<kae driver>-<id>``: another uacce driver, ignored (debug log);
+* a KAE entry that does not resolve to a directory inside the sysfs root (dangling link, link loop,
+  stray regular file), or whose PCI function cannot be named: skipped, with a warning naming the path,
+  because there is no stable ID to report it under;
+* a second entry on a PCI function already seen: skipped with a warning (the PCI address is the key);
+* anything else odd about a device that could be named (unreadable or garbage attributes, missing
+  ``/dev`` node, unbound driver, broken ``device`` link): reported, Unhealthy with reasons.
+
+The device node is only ever stat()ed: opening it would take a hardware queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+
+from .engines import Engine, engine_for_uacce_name
+from .health import HealthFacts, judge
+from .model import Function, Inventory, UacceDevice
+
+log = logging.getLogger(__name__)
+
+PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_MAX_ATTR_BYTES = 65536
+
+
+class _Unreadable:
+    """Marks an attribute file that exists but could not be read or decoded."""
+
+
+UNREADABLE = _Unreadable()
+Reading = str | _Unreadable | None  # None: the file does not exist
+
+
+def read_attribute(path: str) -> Reading:
+    """Read a sysfs attribute as stripped text without ever raising."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    except OSError:
+        return UNREADABLE
+    try:
+        data = os.read(fd, _MAX_ATTR_BYTES)
+    except OSError:
+        return UNREADABLE
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return UNREADABLE
+
+
+def parse_int(reading: Reading) -> int | None:
+    """An integer attribute (decimal, or 0x-prefixed hex as PCI attributes are), else None."""
+    if not isinstance(reading, str) or not reading:
+        return None
+    try:
+        return int(reading, 0) if reading.lower().startswith(("0x", "-0x")) else int(reading, 10)
+    except ValueError:
+        return None
+
+
+def _text(reading: Reading) -> str | None:
+    return reading if isinstance(reading, str) and reading else None
+
+
+def _resolve_dir(path: str) -> str | None:
+    """The real path of ``path`` if it is a directory reachable without loops, else None."""
+    try:
+        real = Path(path).resolve(strict=True)
+    except (OSError, RuntimeError):  # dangling link, loop (RuntimeError on 3.11), permissions
+        return None
+    return str(real) if real.is_dir() else None
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+class _Scanner:
+    """One pass over ``class/uacce``; the object only exists to share the roots and the warnings."""
+
+    def __init__(self, sysfs_root: Path, dev_root: Path) -> None:
+        self.sysfs_root = str(sysfs_root.resolve())
+        self.dev_root = str(dev_root)
+        self.warnings: list[str] = []
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+        log.warning("%s", message)
+
+    def scan(self) -> Inventory:
+        class_dir = os.path.join(self.sysfs_root, "class", "uacce")
+        try:
+            names = sorted(os.listdir(class_dir))
+        except FileNotFoundError:
+            log.debug("%s does not exist: no UACCE devices on this node", class_dir)
+            return Inventory()
+        except OSError as err:
+            self.warn(f"cannot list {class_dir}: {err.strerror}")
+            return Inventory(warnings=tuple(self.warnings))
+        devices: dict[str, UacceDevice] = {}
+        for name in names:
+            engine = engine_for_uacce_name(name)
+            if engine is None:
+                log.debug("ignoring %s: not a KAE engine's uacce device", name)
+                continue
+            device = self.device(os.path.join(class_dir, name), name, engine)
+            if device is None:
+                continue
+            if device.pci_address in devices:
+                first = devices[device.pci_address].name
+                self.warn(
+                    f"skipping {class_dir}/{name}: PCI function {device.pci_address} "
+                    f"already reported as {first}"
+                )
+                continue
+            devices[device.pci_address] = device
+        ordered = sorted(devices.values(), key=lambda d: (d.engine, d.pci_address))
+        return Inventory(devices=tuple(ordered), warnings=tuple(self.warnings))
+
+    def device(self, entry: str, name: str, engine: Engine) -> UacceDevice | None:
+        uacce_dir = _resolve_dir(entry)
+        if uacce_dir is None or not _inside(uacce_dir, self.sysfs_root):
+            self.warn(f"skipping {entry}: does not resolve to a device directory under the root")
+            return None
+        pci_dir, link_ok = self.pci_function(uacce_dir)
+        if pci_dir is None:
+            self.warn(f"skipping {entry}: cannot tell which PCI function it belongs to")
+            return None
+        pci_address = os.path.basename(pci_dir)
+        attrs = _AttributeReader(uacce_dir)
+        isolate, dev_state = attrs("isolate"), attrs("dev_state")
+        available = parse_int(attrs("available_instances"))
+        dev_node = os.path.join(self.dev_root, name)
+        dev_node_exists = os.path.exists(dev_node)
+        function, parent_pf = self.function_of(pci_dir, engine)
+        health, reasons = judge(
+            HealthFacts(
+                isolate=parse_int(isolate),
+                isolate_present=isolate is not None,
+                dev_state=parse_int(dev_state),
+                dev_state_present=dev_state is not None,
+                dev_node_exists=dev_node_exists,
+                available_instances=available if available is not None and available >= 0 else None,
+                driver_bound=os.path.isdir(os.path.join(pci_dir, "driver")),
+                device_link_ok=link_ok,
+            )
+        )
+        algorithms = attrs("algorithms")
+        return UacceDevice(
+            name=name,
+            engine=engine.name,
+            resource=engine.resource,
+            pci_address=pci_address,
+            function=function,
+            parent_pf=parent_pf,
+            numa_node=self.numa_node(attrs("node_id"), pci_dir),
+            api=_text(attrs("api")),
+            flags=parse_int(attrs("flags")),
+            algorithms=tuple(algorithms.split()) if isinstance(algorithms, str) else (),
+            available_instances=available,
+            isolate=parse_int(isolate),
+            dev_state=parse_int(dev_state),
+            dev_node=f"/dev/{name}",
+            dev_node_exists=dev_node_exists,
+            sysfs_path=uacce_dir,
+            pci_path=pci_dir,
+            health=health,
+            reasons=reasons,
+        )
+
+    def pci_function(self, uacce_dir: str) -> tuple[str | None, bool]:
+        """The PCI function directory, and whether the ``device`` link led there.
+
+        The kernel places the class device at ``<pci function>/uacce/<name>``, so when the
+        ``device`` link is broken the path itself still names the function.
+        """
+        linked = _resolve_dir(os.path.join(uacce_dir, "device"))
+        if linked is not None and PCI_ADDRESS.match(os.path.basename(linked)):
+            return linked, True
+        parent = os.path.dirname(uacce_dir)
+        if os.path.basename(parent) == "uacce":
+            by_path = os.path.dirname(parent)
+            if PCI_ADDRESS.match(os.path.basename(by_path)):
+                return by_path, False
+        return None, False
+
+    @staticmethod
+    def function_of(pci_dir: str, engine: Engine) -> tuple[Function, str | None]:
+        physfn = os.path.join(pci_dir, "physfn")
+        if os.path.islink(physfn):
+            try:
+                target = os.path.basename(os.readlink(physfn).rstrip("/"))
+            except OSError:
+                target = ""
+            return Function.VF, target if PCI_ADDRESS.match(target) else None
+        device_id = _text(read_attribute(os.path.join(pci_dir, "device")))
+        if device_id is not None and device_id.lower() == engine.vf_device_id:
+            return Function.VF, None
+        return Function.PF, None
+
+    @staticmethod
+    def numa_node(node_id: Reading, pci_dir: str) -> int | None:
+        value = parse_int(node_id)
+        if value is None:
+            value = parse_int(read_attribute(os.path.join(pci_dir, "numa_node")))
+        return value if value is not None and value >= 0 else None
+
+
+class _AttributeReader:
+    """Reads a class device's attributes, whichever layout the kernel used.
+
+    openEuler 4.19 / KAE 1.x kernels put every attribute under ``attrs/``; everything newer puts them
+    directly in the device directory.
+    """
+
+    def __init__(self, uacce_dir: str) -> None:
+        attrs_dir = os.path.join(uacce_dir, "attrs")
+        flat = os.path.exists(os.path.join(uacce_dir, "api")) or not os.path.isdir(attrs_dir)
+        self.base = uacce_dir if flat else attrs_dir
+
+    def __call__(self, attribute: str) -> Reading:
+        return read_attribute(os.path.join(self.base, attribute))
+
+
+def scan(sysfs_root: Path, dev_root: Path) -> Inventory:
+    """Discover every KAE UACCE device under ``sysfs_root``; never raises on odd input."""
+    return _Scanner(sysfs_root, dev_root).scan()
