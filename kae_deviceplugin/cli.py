@@ -170,7 +170,7 @@ def load_settings(config_path: Path | None, overrides: dict[str, object], source
 @main.command("serve")
 @serve_options
 @click.pass_context
-def serve_command(ctx: click.Context, config_path: Path | None, **params: Any) -> None:
+def serve_command(ctx: click.Context, /, config_path: Path | None, **params: Any) -> None:
     """Run the device-plugin daemon (what the DaemonSet runs)."""
     overrides, sources = overrides_from(ctx, params)
     settings, source = load_settings(config_path, overrides, sources)
