@@ -45,6 +45,7 @@ class _Plugin:
     channel: grpc.Channel
     stub: api_pb2_grpc.DevicePluginStub
     thread: threading.Thread | None = None
+    stream: grpc.CallIterator[api_pb2.ListAndWatchResponse] | None = None
 
 
 class KubeletEmulator:
@@ -191,6 +192,14 @@ class KubeletEmulator:
         request = api_pb2.PreStartContainerRequest(devices_ids=ids)
         return self._stub(resource).PreStartContainer(request, timeout=PRE_START_TIMEOUT)
 
+    def drop_stream(self, resource: str) -> None:
+        """End one resource's ListAndWatch stream while the kubelet stays up (it won't re-dial)."""
+        with self._cond:
+            plugin = self._plugins.get(resource)
+        if plugin is None or plugin.stream is None:
+            raise KeyError(f"no stream for {resource!r}")
+        plugin.stream.cancel()  # type: ignore[no-untyped-call]  # untyped in grpc-stubs
+
     def _stub(self, resource: str) -> api_pb2_grpc.DevicePluginStub:
         with self._cond:
             plugin = self._plugins.get(resource)
@@ -238,6 +247,7 @@ class KubeletEmulator:
             # Like the kubelet, start watching concurrently with the reply to Register. The call
             # is made here, under the lock, so that _end_streams can always cancel it.
             stream = stub.ListAndWatch(api_pb2.Empty())
+            plugin.stream = stream
             plugin.thread = threading.Thread(
                 target=self._watch,
                 args=(request.resource_name, plugin, stream),

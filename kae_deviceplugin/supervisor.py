@@ -60,6 +60,7 @@ class Daemon:
         self.kubelet_identity = file_identity(self.kubelet_socket)
         self.view_error_logged = False
         self._reload_requested = False
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- paths and derived settings ------------------------------------------------------------
 
@@ -111,17 +112,29 @@ class Daemon:
 
     # -- the main loop ---------------------------------------------------------------------------
 
-    async def run(self) -> int:
-        """Serve until SIGTERM/SIGINT (exit code 0) or until a root task fails (1)."""
+    async def run(self, handle_signals: bool = True) -> int:
+        """Serve until SIGTERM/SIGINT (exit code 0) or until a root task fails (1).
+
+        ``handle_signals=False`` lets an embedding program (a test) run the daemon on a thread
+        other than the main one, where signal handlers cannot be installed.
+        """
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self.request_stop, signum)
-        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+        self.loop = loop
+        if handle_signals:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self.request_stop, signum)
+            loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         try:
             return await self._run_tasks()
         finally:
-            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.remove_signal_handler(signum)
+            if handle_signals:
+                for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    loop.remove_signal_handler(signum)
+
+    def call_threadsafe(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` on the daemon's loop from any thread (tests, the HTTP endpoint)."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(callback)
 
     async def _run_tasks(self) -> int:
         self.socket_dir.mkdir(parents=True, exist_ok=True)
