@@ -95,11 +95,23 @@ SERVE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--sysfs-root", {"type": click.Path(path_type=Path), "help": "sysfs to scan [/sys]"}),
     ("--dev-root", {"type": click.Path(path_type=Path), "help": "uacce device nodes [/dev]"}),
     ("--kubelet-root", {"type": click.Path(path_type=Path), "help": "[/var/lib/kubelet]"}),
-    ("--device-plugin-dir", {"type": click.Path(path_type=Path), "help": "[<kubelet-root>/device-plugins]"}),
-    ("--pod-resources-socket", {"type": click.Path(path_type=Path), "help": "[<kubelet-root>/pod-resources/kubelet.sock]"}),
-    ("--registration", {"type": click.Choice(["auto", "kubelet-socket", "plugin-watcher"]), "help": "[auto]"}),
+    (
+        "--device-plugin-dir",
+        {"type": click.Path(path_type=Path), "help": "[<kubelet-root>/device-plugins]"},
+    ),
+    (
+        "--pod-resources-socket",
+        {"type": click.Path(path_type=Path), "help": "[<kubelet-root>/pod-resources/kubelet.sock]"},
+    ),
+    (
+        "--registration",
+        {"type": click.Choice(["auto", "kubelet-socket", "plugin-watcher"]), "help": "[auto]"},
+    ),
     ("--scan-interval", {"type": str, "help": "seconds or a duration such as 500ms [1s]"}),
-    ("--metrics-address", {"type": str, "help": "HOST:PORT for /metrics, /healthz, /readyz; empty disables [:9410]"}),
+    (
+        "--metrics-address",
+        {"type": str, "help": "HOST:PORT for /metrics, /healthz, /readyz; empty disables [:9410]"},
+    ),
     ("--state-dir", {"type": click.Path(path_type=Path), "help": "[/var/lib/kae-deviceplugin]"}),
     ("--nfd-features-file", {"type": str, "help": "NFD local feature file; empty disables"}),
     ("--container-sysfs-view", {"type": click.Choice(["on", "off"]), "help": "[on]"}),
@@ -135,7 +147,9 @@ def serve_options(func: F) -> F:
     )(func)
 
 
-def overrides_from(ctx: click.Context, params: dict[str, Any]) -> tuple[dict[str, object], dict[str, str]]:
+def overrides_from(
+    ctx: click.Context, params: dict[str, Any]
+) -> tuple[dict[str, object], dict[str, str]]:
     """The options given on the command line or in the environment, and how to name each."""
     given: dict[str, object] = {}
     sources: dict[str, str] = {}
@@ -154,7 +168,9 @@ def overrides_from(ctx: click.Context, params: dict[str, Any]) -> tuple[dict[str
     return given, sources
 
 
-def load_settings(config_path: Path | None, overrides: dict[str, object], sources: dict[str, str]) -> tuple[Settings, ConfigSource | None]:
+def load_settings(
+    config_path: Path | None, overrides: dict[str, object], sources: dict[str, str]
+) -> tuple[Settings, ConfigSource | None]:
     """Settings for serve; every problem of flags, env and file reported at once (exit 2)."""
     try:
         if config_path is None:
@@ -194,7 +210,7 @@ def check_config_command(path: Path) -> None:
 @option("--tree", default="kunpeng920-2p", show_default=True, help="Bundled node layout to serve.")
 def demo_command(tree: str) -> None:
     """Run the real daemon on a bundled node against a kubelet emulator, and show what it sees."""
-    from .demo import run_demo  # keeps the emulator out of serve's start-up
+    from .demo import run_demo  # noqa: PLC0415 -- keeps the emulator out of serve's start-up
 
     logs.configure("warning", "text")
     raise SystemExit(run_demo(tree, click.echo))

@@ -1,4 +1,4 @@
-"""The configuration file as the running daemon sees it: noticed when it changes, reloaded safely."""
+"""The configuration file as the daemon sees it: noticed when it changes, reloaded safely."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class ConfigSource:
         frozen = restart_required(current, new)
         if frozen:
             log.warning(
-                "configuration changes %s need a restart to take effect; keeping the running values",
+                "configuration changes %s need a restart to take effect; keeping running values",
                 ", ".join(frozen),
             )
             keep = {

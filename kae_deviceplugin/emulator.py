@@ -304,7 +304,7 @@ class _RegistrationService(api_pb2_grpc.RegistrationServicer):
     def __init__(self, kubelet: KubeletEmulator) -> None:
         self._kubelet = kubelet
 
-    def Register(  # noqa: N802 (the gRPC method name is fixed by the API)
+    def Register(
         self, request: api_pb2.RegisterRequest, context: grpc.ServicerContext
     ) -> api_pb2.Empty:
         reason = self._kubelet._register(request)

@@ -139,19 +139,19 @@ class _Lister(api_pb2_grpc.PodResourcesListerServicer):
     def __init__(self, emulator: PodResourcesEmulator) -> None:
         self._emulator = emulator
 
-    def List(  # noqa: N802
+    def List(
         self, request: api_pb2.ListPodResourcesRequest, context: grpc.ServicerContext
     ) -> api_pb2.ListPodResourcesResponse:
         pods, _ = self._emulator._answer(context)
         return api_pb2.ListPodResourcesResponse(pod_resources=pods)
 
-    def GetAllocatableResources(  # noqa: N802
+    def GetAllocatableResources(
         self, request: api_pb2.AllocatableResourcesRequest, context: grpc.ServicerContext
     ) -> api_pb2.AllocatableResourcesResponse:
         _, allocatable = self._emulator._answer(context)
         return api_pb2.AllocatableResourcesResponse(devices=allocatable)
 
-    def Get(  # noqa: N802
+    def Get(
         self, request: api_pb2.GetPodResourcesRequest, context: grpc.ServicerContext
     ) -> api_pb2.GetPodResourcesResponse:
         pods, _ = self._emulator._answer(context)

@@ -1,4 +1,4 @@
-"""One resource's DevicePlugin gRPC server on its own unix socket, fed by a broadcast latest value."""
+"""One resource's DevicePlugin gRPC server on its own unix socket, fed by a broadcast value."""
 
 from __future__ import annotations
 
@@ -177,6 +177,7 @@ class ResourceServer:
         self,
         resource: str,
         socket_dir: Path,
+        *,
         latest: LatestValue[ResourceView],
         policy: Callable[[], ServingPolicy],
         on_stream_lost: Callable[[str], None],

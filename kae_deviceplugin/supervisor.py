@@ -8,6 +8,7 @@ server is stopped and started again and every resource re-registers (simple, obv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
@@ -176,10 +177,8 @@ class Daemon:
     async def scan_loop(self) -> None:
         while True:
             self.loop_ticks["scan"] = time.monotonic()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.rescan_now.wait(), self.settings.scan_interval)
-            except TimeoutError:
-                pass
             self.rescan_now.clear()
             await self.maybe_reload()
             await self.rescan()
@@ -240,10 +239,10 @@ class Daemon:
         server = ResourceServer(
             resource,
             self.socket_dir,
-            self.latest[resource],
-            self.serving_policy,
-            self.stream_lost,
-            extra,
+            latest=self.latest[resource],
+            policy=self.serving_policy,
+            on_stream_lost=self.stream_lost,
+            extra_servicers=extra,
         )
         await server.start()
         self.servers[resource] = server

@@ -4,10 +4,11 @@ Rules for input it cannot make sense of (documented in the README, pinned by tes
 
 * no ``class/uacce`` directory: no KAE on this node, an empty inventory;
 * an entry whose name is not ``<kae driver>-<id>``: another uacce driver, ignored (debug log);
-* a KAE entry that does not resolve to a directory inside the sysfs root (dangling link, link loop,
-  stray regular file), or whose PCI function cannot be named: skipped, with a warning naming the path,
-  because there is no stable ID to report it under;
-* a second entry on a PCI function already seen: skipped with a warning (the PCI address is the key);
+* a KAE entry that does not resolve to a directory inside the sysfs root (dangling link, link
+  loop, stray regular file), or whose PCI function cannot be named: skipped, with a warning naming
+  the path, because there is no stable ID to report it under;
+* a second entry on a PCI function already seen: skipped with a warning (the PCI address is the
+  key);
 * anything else odd about a device that could be named (unreadable or garbage attributes, missing
   ``/dev`` node, unbound driver, broken ``device`` link): reported, Unhealthy with reasons.
 
@@ -222,8 +223,8 @@ class _Scanner:
 class _AttributeReader:
     """Reads a class device's attributes, whichever layout the kernel used.
 
-    openEuler 4.19 / KAE 1.x kernels put every attribute under ``attrs/``; everything newer puts them
-    directly in the device directory.
+    openEuler 4.19 / KAE 1.x kernels put every attribute under ``attrs/``; everything newer puts
+    them directly in the device directory.
     """
 
     def __init__(self, uacce_dir: str) -> None:

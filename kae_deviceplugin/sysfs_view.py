@@ -1,4 +1,4 @@
-"""The container's view of /sys/class/uacce: a node-wide directory of links, kept in step with discovery.
+"""The container's view of /sys/class/uacce: a node-wide directory of links, kept current.
 
 Why this shape (the README has the diagram):
 
@@ -8,7 +8,8 @@ Why this shape (the README has the diagram):
   tells the plugin nothing about the pod, so one resource cannot know what another resource gave the
   same container. Every answer therefore mounts the *same* node-wide directory over
   /sys/class/uacce, and the merge is harmless.
-* That directory holds one link per device on the node, ``<name> -> /run/kae/pci/<bdf>/uacce/<name>``.
+* That directory holds one link per device on the node:
+  ``<name> -> /run/kae/pci/<bdf>/uacce/<name>``.
   Each answer also bind-mounts the PCI function directory of each device it gives at
   ``/run/kae/pci/<bdf>``. In a container, only the links of its own devices resolve; UADK skips an
   entry whose ``algorithms`` it cannot read, so it only ever uses devices it was given.

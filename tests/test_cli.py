@@ -19,7 +19,12 @@ FIXTURES = Path(__file__).resolve().parent.parent / "sysfs_fixtures"
 def list_json(tree: str, **env: str) -> list[dict[str, object]]:
     args = ["list", "--output", "json"]
     if "KAE_DP_SYSFS_ROOT" not in env:
-        args += ["--sysfs-root", str(FIXTURES / tree / "sys"), "--dev-root", str(FIXTURES / tree / "dev")]
+        args += [
+            "--sysfs-root",
+            str(FIXTURES / tree / "sys"),
+            "--dev-root",
+            str(FIXTURES / tree / "dev"),
+        ]
     result = CliRunner().invoke(main, args, env=env)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -46,9 +51,7 @@ def test_list_json_on_the_two_socket_fixture() -> None:
 def test_roots_come_from_the_environment() -> None:
     """KAE_DP_SYSFS_ROOT / KAE_DP_DEV_ROOT stand in for the flags."""
     tree = FIXTURES / "kunpeng920-2p-vfs"
-    devices = list_json(
-        "", KAE_DP_SYSFS_ROOT=str(tree / "sys"), KAE_DP_DEV_ROOT=str(tree / "dev")
-    )
+    devices = list_json("", KAE_DP_SYSFS_ROOT=str(tree / "sys"), KAE_DP_DEV_ROOT=str(tree / "dev"))
     assert sum(d["function"] == "vf" for d in devices) == 12
 
 
@@ -61,7 +64,13 @@ def test_table_shows_health_reasons() -> None:
     """The table names each unhealthy device's reason."""
     result = CliRunner().invoke(
         main,
-        ["list", "--sysfs-root", str(FIXTURES / "faults" / "sys"), "--dev-root", str(FIXTURES / "faults" / "dev")],
+        [
+            "list",
+            "--sysfs-root",
+            str(FIXTURES / "faults" / "sys"),
+            "--dev-root",
+            str(FIXTURES / "faults" / "dev"),
+        ],
     )
     assert result.exit_code == 0
     assert "isolated" in result.stdout and "engine-stopped" in result.stdout
@@ -85,10 +94,22 @@ def test_version_flag() -> None:
 def test_console_script_module_runs() -> None:
     """`python -m kae_deviceplugin list` works as an installed console script would."""
     out = subprocess.run(
-        [sys.executable, "-m", "kae_deviceplugin", "list", "-o", "json",
-         "--sysfs-root", str(FIXTURES / "kunpeng920-v3" / "sys"),
-         "--dev-root", str(FIXTURES / "kunpeng920-v3" / "dev")],
-        capture_output=True, text=True, check=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "kae_deviceplugin",
+            "list",
+            "-o",
+            "json",
+            "--sysfs-root",
+            str(FIXTURES / "kunpeng920-v3" / "sys"),
+            "--dev-root",
+            str(FIXTURES / "kunpeng920-v3" / "dev"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     assert {d["api"] for d in json.loads(out.stdout)} == {"hisi_qm_v3"}
 

@@ -58,7 +58,7 @@ class FakePlugin(api_pb2_grpc.DevicePluginServicer):
             for stream in self._streams:
                 stream.put(None if devices is None else list(devices))
 
-    def GetDevicePluginOptions(  # noqa: N802
+    def GetDevicePluginOptions(
         self, request: api_pb2.Empty, context: grpc.ServicerContext
     ) -> api_pb2.DevicePluginOptions:
         with self._cond:
@@ -70,7 +70,7 @@ class FakePlugin(api_pb2_grpc.DevicePluginServicer):
             pre_start_required=True, get_preferred_allocation_available=True
         )
 
-    def ListAndWatch(  # noqa: N802
+    def ListAndWatch(
         self, request: api_pb2.Empty, context: grpc.ServicerContext
     ) -> Iterator[api_pb2.ListAndWatchResponse]:
         updates: queue.Queue[list[api_pb2.Device] | None] = queue.Queue()
@@ -91,7 +91,7 @@ class FakePlugin(api_pb2_grpc.DevicePluginServicer):
             yield api_pb2.ListAndWatchResponse(devices=devices)
             devices = updates.get()
 
-    def GetPreferredAllocation(  # noqa: N802
+    def GetPreferredAllocation(
         self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
     ) -> api_pb2.PreferredAllocationResponse:
         answers = []
@@ -101,7 +101,7 @@ class FakePlugin(api_pb2_grpc.DevicePluginServicer):
             answers.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=chosen))
         return api_pb2.PreferredAllocationResponse(container_responses=answers)
 
-    def Allocate(  # noqa: N802
+    def Allocate(
         self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext
     ) -> api_pb2.AllocateResponse:
         known = {d.ID for d in self.devices}
@@ -115,7 +115,7 @@ class FakePlugin(api_pb2_grpc.DevicePluginServicer):
             )
         return api_pb2.AllocateResponse(container_responses=answers)
 
-    def PreStartContainer(  # noqa: N802
+    def PreStartContainer(
         self, request: api_pb2.PreStartContainerRequest, context: grpc.ServicerContext
     ) -> api_pb2.PreStartContainerResponse:
         self.pre_started.append(list(request.devices_ids))

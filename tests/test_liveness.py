@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kae_deviceplugin.emulator import KubeletEmulator
 from kae_deviceplugin.errors import SocketInUse, UnsafeSocketPath
 from kae_deviceplugin.sockets import prepare_socket_path
 from kae_deviceplugin.sysfs_builder import (
@@ -22,7 +23,6 @@ from kae_deviceplugin.sysfs_builder import (
     set_attribute,
 )
 from kae_deviceplugin.sysfs_trees import TREES, kunpeng_pf, vf_of
-from kae_deviceplugin.emulator import KubeletEmulator
 
 from .harness import DEADLINE, running_node, short_tmpdir
 
@@ -127,7 +127,9 @@ def test_kubelet_comes_up_after_the_plugin() -> None:
             while not (plugin_dir / "kae-zip.sock").exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
             with KubeletEmulator(plugin_dir) as kubelet:
-                assert kubelet.wait_for(lambda k: len(k.resources()) == 3 and all(k.resources().values()), DEADLINE)
+                assert kubelet.wait_for(
+                    lambda k: len(k.resources()) == 3 and all(k.resources().values()), DEADLINE
+                )
         finally:
             assert runner.stop() == 0
 
@@ -158,12 +160,28 @@ def serve_process(workdir: Path, plugin_dir: Path) -> subprocess.Popen[str]:
     root = workdir / "node"
     return subprocess.Popen(
         [
-            sys.executable, "-m", "kae_deviceplugin", "serve",
-            "--sysfs-root", str(root / "sys"), "--dev-root", str(root / "dev"),
-            "--device-plugin-dir", str(plugin_dir), "--state-dir", str(workdir / "state"),
-            "--metrics-address", "", "--nfd-features-file", "", "--registration", "kubelet-socket",
+            sys.executable,
+            "-m",
+            "kae_deviceplugin",
+            "serve",
+            "--sysfs-root",
+            str(root / "sys"),
+            "--dev-root",
+            str(root / "dev"),
+            "--device-plugin-dir",
+            str(plugin_dir),
+            "--state-dir",
+            str(workdir / "state"),
+            "--metrics-address",
+            "",
+            "--nfd-features-file",
+            "",
+            "--registration",
+            "kubelet-socket",
         ],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -184,8 +202,12 @@ def test_sigterm_stops_cleanly_and_sigkill_leaves_a_stale_socket_that_is_reclaim
             try:
                 assert kubelet.wait_for(lambda k: len(k.registrations) >= 6, 20)
                 assert kubelet.wait_for(
-                    lambda k: all(k.resources().values()) and all(
-                        not k.state(r).stream_ended for r in k.resources()  # type: ignore[union-attr]
+                    lambda k: (
+                        all(k.resources().values())
+                        and all(
+                            not k.state(r).stream_ended
+                            for r in k.resources()  # type: ignore[union-attr]
+                        )
                     ),
                     DEADLINE,
                 )

@@ -10,11 +10,10 @@ import grpc
 import pytest
 
 from kae_deviceplugin.api import pb, pb_grpc
-from kae_deviceplugin.sysfs_builder import remove_device, set_attribute
-from kae_deviceplugin.sysfs_trees import TREES
-
 from kae_deviceplugin.emulator import KubeletEmulator
 from kae_deviceplugin.supervisor import Daemon
+from kae_deviceplugin.sysfs_builder import remove_device, set_attribute
+from kae_deviceplugin.sysfs_trees import TREES
 
 from .harness import DEADLINE, DaemonThread, running_node, settings_for, short_tmpdir
 
@@ -34,8 +33,12 @@ def test_all_resources_register_with_ids_health_and_topology() -> None:
             "0000:b9:00.2": ("Healthy", (2,)),
         }
         assert set(node.view(SEC)) == {
-            "0000:76:00.0", "0000:76:00.1", "0000:76:00.2",
-            "0000:b6:00.0", "0000:b6:00.1", "0000:b6:00.2",
+            "0000:76:00.0",
+            "0000:76:00.1",
+            "0000:76:00.2",
+            "0000:b6:00.0",
+            "0000:b6:00.1",
+            "0000:b6:00.2",
         }
         endpoints = {r.resource: r.endpoint for r in node.kubelet.registrations}
         assert endpoints == {HPRE: "kae-hpre.sock", SEC: "kae-sec.sock", ZIP: "kae-zip.sock"}
@@ -92,7 +95,7 @@ def test_allocate_answers_each_container_request() -> None:
 def test_bad_allocate_requests_are_clean_errors(
     ids: list[str], code: grpc.StatusCode, needle: str
 ) -> None:
-    """Unknown, foreign, empty and duplicate IDs: INVALID_ARGUMENT naming the problem; daemon lives."""
+    """Unknown, foreign, empty, duplicate IDs: INVALID_ARGUMENT naming the problem; daemon lives."""
     with running_node() as node:
         assert node.wait_registered(3)
         with pytest.raises(grpc.RpcError) as caught:

@@ -16,8 +16,17 @@ from kae_deviceplugin.sysfs_builder import find_function_dir, find_uacce_dir
 from kae_deviceplugin.sysfs_trees import TREES
 
 UACCE_ATTRIBUTES = (
-    "api", "flags", "available_instances", "algorithms", "isolate", "isolate_strategy",
-    "node_id", "numa_distance", "dev_state", "region_mmio_size", "region_dus_size",
+    "api",
+    "flags",
+    "available_instances",
+    "algorithms",
+    "isolate",
+    "isolate_strategy",
+    "node_id",
+    "numa_distance",
+    "dev_state",
+    "region_mmio_size",
+    "region_dus_size",
 )
 PCI_ATTRIBUTES = ("vendor", "device", "revision", "numa_node")
 

@@ -145,7 +145,7 @@ def test_fault_tree_skips_unnameable_entries_with_warnings_naming_the_path() -> 
 
 
 def test_health_follows_sysfs_and_recovers(tmp_path: Path) -> None:
-    """isolate, dev_state, /dev node and driver binding each flip health, and flipping back heals."""
+    """isolate, dev_state, /dev node and driver binding each flip health; clearing them heals."""
     root = built(tmp_path, "kunpeng920-2p")
 
     def hpre() -> tuple[Health, tuple[str, ...]]:
@@ -203,7 +203,9 @@ def test_link_outside_the_root_is_skipped(tmp_path: Path) -> None:
 def test_second_entry_on_one_pci_function_is_skipped(tmp_path: Path) -> None:
     """The PCI address is the key: a second class entry resolving to one function is dropped."""
     root = built(tmp_path, "kunpeng920-2p")
-    add_class_link(root, "hisi_hpre-99", "../../devices/pci0000:78/0000:78:00.0/0000:79:00.0/uacce/hisi_hpre-2")
+    add_class_link(
+        root, "hisi_hpre-99", "../../devices/pci0000:78/0000:78:00.0/0000:79:00.0/uacce/hisi_hpre-2"
+    )
     inventory = scan(root / "sys", root / "dev")
     assert [d.name for d in inventory if d.pci_address == "0000:79:00.0"] == ["hisi_hpre-2"]
     assert any("already reported" in w for w in inventory.warnings)
