@@ -113,10 +113,10 @@ def test_config_reload_applies_valid_and_keeps_old_on_invalid() -> None:
         TREES["kunpeng920-2p"].build(workdir / "node")
         config = workdir / "config.yaml"
         write_config(config, "version: v1\nscanInterval: 100ms\n")
-        plugin_dir = workdir / "dp"
+        plugin_dir, node = workdir / "dp", workdir / "node"
         args = [
             sys.executable, "-m", "kae_deviceplugin", "serve", "--config", str(config),
-            "--sysfs-root", str(workdir / "node" / "sys"), "--dev-root", str(workdir / "node" / "dev"),
+            "--sysfs-root", str(node / "sys"), "--dev-root", str(node / "dev"),
             "--device-plugin-dir", str(plugin_dir), "--state-dir", str(workdir / "state"),
             "--metrics-address", "", "--nfd-features-file", "", "--registration", "kubelet-socket",
         ]  # fmt: skip
