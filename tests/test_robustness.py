@@ -6,6 +6,7 @@ import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import ClassVar
 
 import grpc
 import pytest
@@ -203,7 +204,7 @@ def test_garbage_sysfs_while_serving(served_node, writes) -> None:  # type: igno
 class Pristine:
     """Original attribute contents of the tree, to undo one example's writes."""
 
-    _cache: dict[tuple[str, str], bytes | None] = {}
+    _cache: ClassVar[dict[tuple[str, str], bytes | None]] = {}
 
     @classmethod
     def restore(cls, root: Path, name: str, attribute: str) -> None:
