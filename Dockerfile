@@ -1,0 +1,54 @@
+# syntax=docker/dockerfile:1
+# KAE device plugin image: `kae-deviceplugin serve` on a slim Python base, for linux/arm64 (Kunpeng)
+# and linux/amd64. The build stage turns the source tree into a wheel and installs that wheel (and
+# only it, with its dependencies) into a virtual environment; the runtime stage copies just that
+# environment, so no source tree, compiler or pip cache reaches the image.
+#
+#   docker buildx build --platform linux/arm64,linux/amd64 -t <repo>/kae-device-plugin:<tag> .
+#   scripts/build-image.sh     (buildah, from a locally bootstrapped Debian base; see its header)
+#
+# BASE_IMAGE must provide python3 (3.11+) with the venv module. The default is the official slim
+# image, whose tag is multi-arch; scripts/build-image.sh passes a debootstrapped Debian instead.
+ARG BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm
+
+FROM ${BASE_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY kae_deviceplugin ./kae_deviceplugin
+# grpcio and protobuf publish manylinux wheels for aarch64 and x86_64, so nothing compiles here.
+RUN python3 -m venv /opt/kae \
+    && /opt/kae/bin/pip wheel --no-deps --wheel-dir /wheels . \
+    && /opt/kae/bin/pip install --only-binary=:all: /wheels/kae_deviceplugin-*.whl \
+    && /opt/kae/bin/pip uninstall --yes pip \
+    && /opt/kae/bin/kae-deviceplugin --help >/dev/null
+
+FROM ${BASE_IMAGE}
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="kae-device-plugin" \
+      org.opencontainers.image.description="Kubernetes device plugin for the Kunpeng Acceleration Engine (HPRE, SEC, ZIP)" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.vendor="openFuyao"
+# pyudev loads libudev through ctypes; slim bases do not always carry it. Versions follow the
+# base's own Debian release, so they are not pinned here (hadolint DL3008).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libudev1 \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build /opt/kae /opt/kae
+ENV PATH=/opt/kae/bin:${PATH} \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    GRPC_VERBOSITY=ERROR
+# Non-root by default, for `list`, `demo` and `check-config`. `serve` on a node must run as uid 0
+# (with every capability dropped): the kubelet's device-plugin directory and sockets belong to
+# root. The Helm chart sets that explicitly; see deploy/helm/kae-device-plugin/README.md.
+USER 65532:65532
+ENTRYPOINT ["kae-deviceplugin", "serve"]

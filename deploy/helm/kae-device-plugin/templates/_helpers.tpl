@@ -1,0 +1,106 @@
+{{/*
+Names, labels and the daemon's config file. Kept here so every template derives them the same way.
+*/}}
+
+{{- define "kae.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kae.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kae.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kae.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kae.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kae.labels" -}}
+helm.sh/chart: {{ include "kae.chart" . }}
+{{ include "kae.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: device-plugin
+app.kubernetes.io/part-of: kae
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "kae.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kae.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kae.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* Where the host's /dev is mounted (read-only) in the plugin container. */}}
+{{- define "kae.hostDevMount" -}}/host/dev{{- end }}
+
+{{- define "kae.configDir" -}}/etc/kae-deviceplugin{{- end }}
+
+{{- define "kae.kubeletRoot" -}}
+{{- .Values.kubeletRootDir | trimSuffix "/" }}
+{{- end }}
+
+{{/* True (non-empty) when the registration mode may use the kubelet's plugins_registry. */}}
+{{- define "kae.usesPluginWatcher" -}}
+{{- if ne .Values.config.registration "kubelet-socket" }}true{{ end }}
+{{- end }}
+
+{{- define "kae.nfdFeaturesFile" -}}
+{{- if .Values.nfd.localFeatures.enabled }}
+{{- printf "%s/kae" (.Values.nfd.localFeatures.dir | trimSuffix "/") }}
+{{- end }}
+{{- end }}
+
+{{/*
+The daemon's config file (format `version: v1`). The per-engine `enabled` flags come from the
+operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two cannot disagree.
+*/}}
+{{- define "kae.configFile" -}}
+{{- $c := .Values.config -}}
+{{- $engines := dict
+      "hpre" (dict "enabled" .Values.operator.enabledHPRE "shares" $c.engines.hpre.shares "functions" $c.engines.hpre.functions)
+      "sec" (dict "enabled" .Values.operator.enabledSEC "shares" $c.engines.sec.shares "functions" $c.engines.sec.functions)
+      "zip" (dict "enabled" .Values.operator.enabledZIP "shares" $c.engines.zip.shares "functions" $c.engines.zip.functions) -}}
+{{- $paths := dict
+      "sysfsRoot" "/sys"
+      "devRoot" (include "kae.hostDevMount" .)
+      "kubeletRoot" (include "kae.kubeletRoot" .)
+      "stateDir" $c.stateDir
+      "nfdFeaturesFile" (include "kae.nfdFeaturesFile" .) -}}
+{{- $file := dict
+      "version" "v1"
+      "scanInterval" $c.scanInterval
+      "registration" $c.registration
+      "allocationPolicy" $c.allocationPolicy
+      "containerSysfsView" $c.containerSysfsView
+      "cdi" .Values.cdi.enabled
+      "metricsAddress" (printf ":%d" (int .Values.metrics.port))
+      "log" (dict "level" $c.log.level "format" $c.log.format)
+      "paths" $paths
+      "engines" $engines
+      "env" (dict "uadkNumaHint" $c.env.uadkNumaHint "opensslEngines" $c.env.opensslEngines) -}}
+{{- toYaml $file }}
+{{- end }}
