@@ -49,8 +49,16 @@ class ConfigError:
 
     def __str__(self) -> str:
         where = f"{self.path}: " if self.path else ""
-        got = "" if self.value is MISSING else f" (got {_REPR.repr(self.value)})"
+        got = "" if self.value is MISSING else f" (got {show(self.value)})"
         return f"{where}{self.why}{got}"
+
+
+def show(value: object) -> str:
+    """A short repr of a user's value: its start only, and never an exception."""
+    try:
+        return _REPR.repr(value)
+    except ValueError:  # an int too long for str() (Python caps it at 4300 digits)
+        return f"<{type(value).__name__} too long to show>"
 
 
 class InvalidConfig(KaeDevicePluginError):
@@ -84,19 +92,12 @@ class FileConfig:
 # A rule turns a raw value into its typed form or raises ValueError saying why it cannot.
 Rule = Callable[[object], Any]
 
-_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
+_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_UNITS["µs"] = _UNITS["μs"] = 1e-6  # Go accepts both micro signs
+_UNIT = "|".join(sorted(_UNITS, key=len, reverse=True))  # longest first: "ms" before "m"
 _NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-_DURATION_PART = re.compile(rf"({_NUMBER})(ns|us|µs|μs|ms|s|m|h)")
-_DURATION = re.compile(rf"([+-]?)((?:{_NUMBER}(?:ns|us|µs|μs|ms|s|m|h))+|{_NUMBER})")
+_DURATION_PART = re.compile(rf"({_NUMBER})({_UNIT})")
+_DURATION = re.compile(rf"([+-]?)((?:{_NUMBER}(?:{_UNIT}))+|{_NUMBER})")
 _HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?:\.(?!-)[A-Za-z0-9-]{1,63})*\.?")
 _DURATION_WHY = "must be a number of seconds or a duration such as 500ms, 1s, 2m"
 
@@ -276,7 +277,7 @@ def read_section(
     fields: dict[str, object] = {}
     for key, item in value.items():
         if not isinstance(key, str):
-            errors.append(ConfigError(join(path, repr(key)), MISSING, "keys must be strings"))
+            errors.append(ConfigError(join(path, show(key)), MISSING, "keys must be strings"))
         elif key not in keys:
             errors.append(unknown_key(path, key, {k: k for k in keys}))
         else:
@@ -322,7 +323,7 @@ def parse_config(data: object, source: str) -> FileConfig:
         elif key == "env":
             env = read_section(item, ENV_KEYS, ENV_RULES, key, errors)
         elif not isinstance(key, str):
-            errors.append(ConfigError(repr(key), MISSING, "keys must be strings"))
+            errors.append(ConfigError(show(key), MISSING, "keys must be strings"))
         elif key != "version":
             errors.append(unknown_key("", key, _TOP_LEVEL | _NESTED))
     if errors:
@@ -355,6 +356,8 @@ def parse_config_text(text: str, source: str) -> FileConfig:
         raise InvalidConfig.whole(source, f"invalid YAML{where}: {exc.problem}") from None
     except (yaml.YAMLError, RecursionError) as exc:
         raise InvalidConfig.whole(source, f"invalid YAML: {exc}") from None
+    except ValueError as exc:  # a scalar its type cannot hold: 2023-02-30, a 5000-digit int
+        raise InvalidConfig.whole(source, f"invalid YAML: a value cannot be read: {exc}") from None
     if data is None:
         raise InvalidConfig.whole(
             source, f"the file is empty; it needs at least version: {VERSION}"
