@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .api import pb
+from .cdi import qualified_name
 from .engines import ENGINES_BY_NAME
 from .model import UacceDevice
 from .resources import ResourceView
@@ -37,6 +38,7 @@ class ContainerOptions:
     sysfs_view: bool = True
     uadk_numa_hint: bool = False
     openssl_engines: str | None = None
+    cdi: bool = False
 
 
 def resolve_request(view: ResourceView, ids: Sequence[str]) -> tuple[UacceDevice, ...]:
@@ -80,6 +82,9 @@ def container_response(
     engine = ENGINES_BY_NAME[engine_name]
     response = pb.ContainerAllocateResponse()
     for device in devices:
+        if options.cdi:  # the runtime applies the node and the PCI mount from the CDI spec
+            response.cdi_devices.append(pb.CDIDevice(name=qualified_name(device)))
+            continue
         response.devices.append(
             pb.DeviceSpec(
                 container_path=device.dev_node, host_path=device.dev_node, permissions="rw"
@@ -95,7 +100,7 @@ def container_response(
                 read_only=True,
             )
         )
-        for device in devices:
+        for device in () if options.cdi else devices:
             response.mounts.append(
                 pb.Mount(
                     container_path=container_pci_dir(device),

@@ -16,8 +16,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from . import metrics_registry
-from .allocate import ContainerOptions
+from . import cdi, metrics_registry
+from .allocate import ContainerOptions, host_sysfs_path
 from .api import KUBELET_SOCKET
 from .broadcast import LatestValue
 from .config import Settings
@@ -84,6 +84,7 @@ class Daemon:
                 sysfs_view=s.container_sysfs_view,
                 uadk_numa_hint=s.env.uadk_numa_hint,
                 openssl_engines=s.env.openssl_engines,
+                cdi=s.cdi,
             ),
             allocation_policy=s.allocation_policy,
         )
@@ -214,16 +215,23 @@ class Daemon:
             latest.publish(view)
 
     def sync_container_view(self) -> None:
-        if not self.settings.container_sysfs_view:
-            return
+        """Keep the node-wide files that Allocate answers point at in step with discovery."""
+        s = self.settings
         try:
-            sync_view(self.settings.state_dir, self.inventory.devices)
+            if s.container_sysfs_view:
+                sync_view(s.state_dir, self.inventory.devices)
+            if s.cdi:
+                entries = (
+                    cdi.device_entry(
+                        d, host_sysfs_path(d.pci_path, s.sysfs_root), s.container_sysfs_view
+                    )
+                    for d in self.inventory.devices
+                )
+                cdi.write_spec(s.cdi_dir, cdi.build_spec(entries))
             self.view_error_logged = False
         except OSError as err:
             if not self.view_error_logged:
-                log.error(
-                    "cannot update the container sysfs view in %s: %s", self.settings.state_dir, err
-                )
+                log.error("cannot update the container view or CDI spec: %s", err)
                 self.view_error_logged = True
 
     # -- servers and registration ---------------------------------------------------------------
