@@ -317,5 +317,9 @@ class _RegistrationService(api_pb2_grpc.RegistrationServicer):
 def remove_sockets(directory: Path) -> None:
     """Delete every unix socket directly inside `directory`, as a starting kubelet does."""
     for entry in os.scandir(directory):
-        if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+        try:
+            is_socket = stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode)
+        except FileNotFoundError:  # a plugin replaced it meanwhile; it will be seen next time
+            continue
+        if is_socket:
             Path(entry.path).unlink(missing_ok=True)

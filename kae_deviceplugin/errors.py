@@ -15,5 +15,9 @@ class SocketInUse(KaeDevicePluginError):
     """Another live process serves the socket we were about to create."""
 
 
+class SocketVanished(KaeDevicePluginError):
+    """Our freshly bound socket was deleted at once (a kubelet sweeping its directory)."""
+
+
 class RegistrationFailed(KaeDevicePluginError):
     """The kubelet answered Register with an error."""

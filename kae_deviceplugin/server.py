@@ -16,6 +16,7 @@ from .allocate import AllocationError, ContainerOptions, container_response, res
 from .api import list_and_watch_response, pb, pb_grpc
 from .broadcast import LatestValue
 from .engines import ENGINES_BY_RESOURCE
+from .errors import SocketVanished
 from .resources import ResourceView
 from .sockets import prepare_socket_path
 
@@ -203,8 +204,12 @@ class ResourceServer:
             await server.start()
         finally:
             os.umask(old_umask)
-        os.chmod(self.socket_path, 0o600)
-        st = os.stat(self.socket_path)
+        try:
+            os.chmod(self.socket_path, 0o600)
+            st = os.stat(self.socket_path)
+        except FileNotFoundError as err:
+            await server.stop(None)
+            raise SocketVanished(f"{self.socket_path} was removed as soon as it was bound") from err
         self._identity = (st.st_dev, st.st_ino)
         self._server = server
         log.debug("%s: serving on %s", self.resource, self.socket_path)

@@ -22,6 +22,8 @@ from .api import KUBELET_SOCKET
 from .broadcast import LatestValue
 from .config import Settings
 from .config_source import ConfigSource
+from .dirwatch import DirWatch
+from .errors import SocketVanished
 from .events import log_inventory_changes
 from .kubelet import register_until_done
 from .model import Inventory
@@ -34,7 +36,10 @@ from .sysfs_view import sync_view
 
 log = logging.getLogger(__name__)
 
-WATCH_INTERVAL = 0.05  # kubelet.sock / own-socket checks: cheap stats, fast re-registration
+WATCH_INTERVAL = 0.05  # kubelet.sock / own-socket polling where inotify is unavailable
+WATCH_SAFETY_INTERVAL = 1.0  # with inotify: a slow re-check in case an event was missed
+START_ATTEMPTS = 20  # binds lost to a kubelet's socket sweep before giving up (~4 s)
+STREAM_GRACE = 0.5  # how long a resource may go without a stream before we register again
 
 
 class Daemon:
@@ -62,6 +67,9 @@ class Daemon:
         self.view_error_logged = False
         self._reload_requested = False
         self.loop: asyncio.AbstractEventLoop | None = None
+        # asyncio primitives bind to the loop that first uses them, so creating them here is safe.
+        self.servers_lock = asyncio.Lock()
+        self.kubelet_dir_event = asyncio.Event()
 
     # -- paths and derived settings ------------------------------------------------------------
 
@@ -101,9 +109,10 @@ class Daemon:
         """Every resource that has devices is registered and the kubelet is streaming from it."""
         if self.kubelet_identity is None and not use_plugin_watcher(self.settings):
             return False
-        wanted = [r for r, view in self.views.items() if view.devices and r in self.servers]
-        return bool(wanted) and all(
-            r in self.registered and self.servers[r].servicer.streams > 0 for r in wanted
+        wanted = [r for r, view in self.views.items() if view.devices]
+        return all(
+            r in self.registered and r in self.servers and self.servers[r].servicer.streams > 0
+            for r in wanted
         )
 
     def alive(self, now: float | None = None) -> bool:
@@ -195,6 +204,10 @@ class Daemon:
 
     async def reconcile(self) -> None:
         """Bring servers and their published views in line with the inventory and settings."""
+        async with self.servers_lock:  # never interleave with restart_all
+            await self._reconcile()
+
+    async def _reconcile(self) -> None:
         self.sync_container_view()
         views = build_views(self.inventory, self.engine_choices())
         for resource in list(self.servers):
@@ -244,15 +257,24 @@ class Daemon:
             def extra(server: Any, resource: str = resource, endpoint: str = endpoint) -> None:
                 add_registration_servicer(server, resource, endpoint, self.mark_registered)
 
-        server = ResourceServer(
-            resource,
-            self.socket_dir,
-            latest=self.latest[resource],
-            policy=self.serving_policy,
-            on_stream_lost=self.stream_lost,
-            extra_servicers=extra,
-        )
-        await server.start()
+        for attempt in range(START_ATTEMPTS):
+            server = ResourceServer(
+                resource,
+                self.socket_dir,
+                latest=self.latest[resource],
+                policy=self.serving_policy,
+                on_stream_lost=self.stream_lost,
+                extra_servicers=extra,
+            )
+            try:
+                await server.start()
+                break
+            except SocketVanished as err:
+                # A restarting kubelet sweeps the directory while we bind; the sweep ends soon.
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+                log.debug("%s; starting again", err)
+                await asyncio.sleep(0.02 * (attempt + 1))
         self.servers[resource] = server
         if not use_plugin_watcher(self.settings):
             self.register(resource)
@@ -285,40 +307,82 @@ class Daemon:
         metrics_registry.REGISTRATIONS.labels(resource).inc()
 
     def stream_lost(self, resource: str) -> None:
+        """A ListAndWatch stream ended. Re-register only if the kubelet opened no other one.
+
+        A Register replaces the kubelet's previous stream, so an old stream ending right after our
+        own re-registration is expected; answering every end with a Register would chase its tail.
+        """
+        server = self.servers.get(resource)
+        if server is None or server.servicer.streams > 0 or self.stopping.is_set():
+            return
         self.registered.discard(resource)
-        if resource in self.servers and not self.stopping.is_set():
-            if use_plugin_watcher(self.settings):
-                return  # the plugin watcher re-dials by itself when it sees the socket again
+        if use_plugin_watcher(self.settings):
+            return  # the plugin watcher re-dials by itself when it sees the socket again
+        asyncio.get_running_loop().call_later(
+            STREAM_GRACE, self._reregister_if_silent, resource, server
+        )
+
+    def _reregister_if_silent(self, resource: str, server: ResourceServer) -> None:
+        if self.servers.get(resource) is not server or server.servicer.streams > 0:
+            return  # restarted meanwhile, or the kubelet is streaming again
+        if not self.stopping.is_set() and (task := self.registering.get(resource)) and task.done():
+            log.info(
+                "%s: no ListAndWatch stream for %.1f s; registering again", resource, STREAM_GRACE
+            )
             self.register(resource)
 
     async def restart_all(self, why: str) -> None:
-        log.info("%s: restarting %d servers and registering again", why, len(self.servers))
-        resources = list(self.servers)
-        for resource in resources:
-            await self.stop_resource(resource)
-        for resource in resources:
-            await self.start_resource(resource)
+        async with self.servers_lock:
+            log.info("%s: restarting %d servers and registering again", why, len(self.servers))
+            resources = list(self.servers)
+            for resource in resources:
+                await self.stop_resource(resource)
+            for resource in resources:
+                await self.start_resource(resource)
+
+    def kubelet_dir_changed(self) -> None:
+        self.kubelet_dir_event.set()
 
     async def watch_loop(self) -> None:
-        """Notice a kubelet restart (new kubelet.sock) or our own socket being removed."""
-        while True:
-            self.loop_ticks["watch"] = time.monotonic()
-            await asyncio.sleep(WATCH_INTERVAL)
-            identity = file_identity(self.kubelet_socket)
-            if identity != self.kubelet_identity:
-                self.kubelet_identity = identity
-                if identity is None:
-                    log.warning(
-                        "kubelet socket %s is gone; waiting for the kubelet", self.kubelet_socket
-                    )
-                    self.registered.clear()
-                    continue
-                metrics_registry.KUBELET_RESTARTS.inc()
-                await self.restart_all("kubelet (re)started")
-                continue
-            lost = [r for r, server in self.servers.items() if not server.socket_intact()]
-            if lost:
-                await self.restart_all(f"socket of {', '.join(sorted(lost))} was removed")
+        """Notice a kubelet restart (new kubelet.sock) or our own socket being removed.
+
+        inotify on the device-plugin directory wakes this loop at once; without inotify it polls.
+        """
+        directories = {self.settings.effective_device_plugin_dir, self.socket_dir}
+        watches = [DirWatch(d, self.kubelet_dir_changed) for d in sorted(directories)]
+        for watch in watches:
+            watch.attach(asyncio.get_running_loop())
+        watched = all(w.available for w in watches)
+        interval = WATCH_SAFETY_INTERVAL if watched else WATCH_INTERVAL
+        if not watched:
+            log.info("inotify unavailable: polling the kubelet directories every %.2f s", interval)
+        try:
+            while True:
+                self.loop_ticks["watch"] = time.monotonic()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.kubelet_dir_event.wait(), interval)
+                self.kubelet_dir_event.clear()
+                await self.check_kubelet()
+        finally:
+            for watch in watches:
+                watch.close()
+
+    async def check_kubelet(self) -> None:
+        identity = file_identity(self.kubelet_socket)
+        if identity != self.kubelet_identity:
+            self.kubelet_identity = identity
+            if identity is None:
+                log.warning(
+                    "kubelet socket %s is gone; waiting for the kubelet", self.kubelet_socket
+                )
+                self.registered.clear()
+                return
+            metrics_registry.KUBELET_RESTARTS.inc()
+            await self.restart_all("kubelet (re)started")
+            return
+        lost = [r for r, server in self.servers.items() if not server.socket_intact()]
+        if lost:
+            await self.restart_all(f"socket of {', '.join(sorted(lost))} was removed")
 
     async def maybe_reload(self) -> None:
         """Apply a changed configuration file (or SIGHUP); a bad one is logged and ignored."""
