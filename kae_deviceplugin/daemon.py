@@ -1,25 +1,36 @@
-"""Process-level start-up of `serve`: the event loop, the optional endpoints, the exit code."""
+"""Process-level start-up of `serve`: the event loop, the optional root tasks, the exit code."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from . import __version__
+from . import __version__, http_endpoint, nfd
 from .config import Settings
 from .config_source import ConfigSource
 from .errors import KaeDevicePluginError
+from .hotplug import udev_task
 from .supervisor import Daemon
 
 log = logging.getLogger(__name__)
 
+RootTask = Callable[[Daemon], Coroutine[Any, Any, None]]
+
+
+def optional_tasks(settings: Settings) -> list[RootTask]:
+    """Root tasks beside the scan and kubelet loops; each survives every outside failure."""
+    tasks: list[RootTask] = [udev_task]
+    if settings.metrics_address:
+        tasks.append(http_endpoint.metrics_task)  # also keeps the pod-resources answer fresh
+    if settings.nfd_features_file is not None:
+        tasks.append(nfd.nfd_task)
+    return tasks
+
 
 def build_daemon(settings: Settings, source: ConfigSource | None = None) -> Daemon:
     return Daemon(settings, source, extra_tasks=optional_tasks(settings))
-
-
-def optional_tasks(settings: Settings) -> list:  # type: ignore[type-arg]
-    return []
 
 
 def run_serve(settings: Settings, source: ConfigSource | None = None) -> int:
