@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from . import __version__, logs
+from . import __version__, allocations_cli, logs
 from .config import Settings, check_config, resolve_settings
 from .config_file import InvalidConfig
 from .config_source import ConfigSource
@@ -28,19 +28,11 @@ def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
     return click.option(*decls, **attrs)
 
 
-def existing_dir(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
-    """Reject a root that does not exist with one clear line (exit 1), not an empty inventory."""
-    if not value.is_dir():
-        raise click.ClickException(f"{param.opts[0]} {value}: not a directory")
-    return value
-
-
 sysfs_root_option = option(
     "--sysfs-root",
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("/sys"),
     show_default=True,
-    callback=existing_dir,
     help="Root of the sysfs tree to scan (a fixture tree's sys/ in tests).",
 )
 dev_root_option = option(
@@ -48,7 +40,6 @@ dev_root_option = option(
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("/dev"),
     show_default=True,
-    callback=existing_dir,
     help="Directory holding the uacce device nodes.",
 )
 log_level_option = option(
@@ -76,10 +67,48 @@ def main() -> None:
     show_default=True,
     help="table for people; json is a stable interface for scripts.",
 )
+@option(
+    "--allocations",
+    is_flag=True,
+    help="List which pod holds which device instead (asks a running daemon, else the kubelet).",
+)
+@option(
+    "--endpoint",
+    default="http://127.0.0.1:9410",
+    show_default=True,
+    help="A running daemon's metrics endpoint, asked first by --allocations.",
+)
+@option(
+    "--pod-resources-socket",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+    show_default=True,
+    help="The kubelet's pod-resources socket, asked when the daemon does not answer.",
+)
 @option("--log-level", type=click.Choice(logs.LEVELS), default="warning", show_default=True)
-def list_command(sysfs_root: Path, dev_root: Path, output: str, log_level: str) -> None:
+def list_command(
+    *,
+    sysfs_root: Path,
+    dev_root: Path,
+    output: str,
+    allocations: bool,
+    endpoint: str,
+    pod_resources_socket: Path,
+    log_level: str,
+) -> None:
     """List the KAE devices this node has, with health and the reasons for it."""
     logs.configure(log_level, "text")
+    if allocations:
+        try:
+            rows, _source = allocations_cli.gather(endpoint, pod_resources_socket)
+        except allocations_cli.AllocationsUnavailable as err:
+            raise click.ClickException(f"cannot list allocations: {err}") from err
+        render = allocations_cli.render_json if output == "json" else allocations_cli.render_table
+        click.echo(render(rows))
+        return
+    for flag, root in (("--sysfs-root", sysfs_root), ("--dev-root", dev_root)):
+        if not root.is_dir():
+            raise click.ClickException(f"{flag} {root}: not a directory")
     inventory = scan(sysfs_root, dev_root)
     click.echo(render_json(inventory) if output == "json" else render_table(inventory))
 

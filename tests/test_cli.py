@@ -133,3 +133,43 @@ def test_serve_rejects_bad_flags_listing_all(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "--scan-interval" in result.output and "--metrics-address" in result.output
+
+
+def test_list_allocations_shows_pods_from_the_pod_resources_socket() -> None:
+    """`list --allocations` with no daemon answering falls back to the kubelet's pod-resources
+    socket and shows which pod holds which KAE device (other resources filtered out)."""
+    from kae_deviceplugin.podresources_emulator import PodResourcesEmulator
+
+    from .harness import short_tmpdir
+
+    with short_tmpdir() as workdir, PodResourcesEmulator(workdir / "pr.sock") as kubelet:
+        kubelet.set_pods(
+            [
+                ("shop", "checkout-7d9", "tls", "openfuyao.com/kae.hpre", ["0000:79:00.0"]),
+                ("shop", "checkout-7d9", "gzip", "openfuyao.com/kae.zip", ["0000:b5:00.0"]),
+                ("ml", "trainer-0", "main", "nvidia.com/gpu", ["GPU-1"]),
+            ]
+        )
+        args = ["list", "--allocations", "--endpoint", "http://127.0.0.1:1"]
+        args += ["--pod-resources-socket", str(workdir / "pr.sock")]
+        table = CliRunner().invoke(main, args)
+        assert table.exit_code == 0, table.output
+        assert "checkout-7d9" in table.stdout and "0000:79:00.0" in table.stdout
+        assert "trainer-0" not in table.stdout
+        as_json = CliRunner().invoke(main, [*args, "-o", "json"])
+        records = json.loads(as_json.stdout)
+        assert {(r["pod"], r["container"], r["device_id"]) for r in records} == {
+            ("checkout-7d9", "tls", "0000:79:00.0"),
+            ("checkout-7d9", "gzip", "0000:b5:00.0"),
+        }
+
+
+def test_list_allocations_with_nothing_to_ask_is_one_error_line(tmp_path: Path) -> None:
+    """No daemon and no socket: exit 1 with one line naming both places asked."""
+    result = CliRunner().invoke(
+        main,
+        ["list", "--allocations", "--endpoint", "http://127.0.0.1:1",
+         "--pod-resources-socket", str(tmp_path / "none.sock")],
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "127.0.0.1:1" in result.output and "none.sock" in result.output
