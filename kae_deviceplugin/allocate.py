@@ -6,6 +6,7 @@ env after the device plugins' env, and for a repeated name the container runtime
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,9 +71,21 @@ def resolve_request(view: ResourceView, ids: Sequence[str]) -> tuple[UacceDevice
     return tuple(devices.values())
 
 
+@functools.lru_cache(maxsize=8)
+def _real_root(sysfs_root: Path) -> str:
+    return str(sysfs_root.resolve())
+
+
 def host_sysfs_path(path: str, sysfs_root: Path) -> str:
-    """The host path the runtime must bind, whatever root the daemon reads sysfs from."""
-    relative = os.path.relpath(path, sysfs_root.resolve())
+    """The host path the runtime must bind, whatever root the daemon reads sysfs from.
+
+    Discovery records real paths under the resolved root, so this is a prefix swap; the
+    resolution is cached because Allocate calls it on every request.
+    """
+    root = _real_root(sysfs_root)
+    if path.startswith(root + "/"):
+        return "/sys" + path[len(root) :]
+    relative = os.path.relpath(path, root)
     return "/sys" if relative == "." else f"/sys/{relative}"
 
 

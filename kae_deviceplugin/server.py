@@ -54,6 +54,15 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self.stopping = False
         self.streams = 0
         self._candidates: tuple[ResourceView | None, dict[str, allocation.Candidate]] = (None, {})
+        self._message: tuple[ResourceView | None, pb.ListAndWatchResponse | None] = (None, None)
+
+    def message(self, view: ResourceView) -> pb.ListAndWatchResponse:
+        """The ListAndWatch message of a view, built once however many streams send it."""
+        cached_view, cached = self._message
+        if cached_view is not view or cached is None:
+            cached = list_and_watch_response(view.kubelet_view)
+            self._message = (view, cached)
+        return cached
 
     def candidates(self, view: ResourceView) -> dict[str, allocation.Candidate]:
         """Candidates of the current view, built once per view rather than once per call."""
@@ -94,7 +103,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 if kubelet_view == last_sent:
                     continue
                 last_sent = kubelet_view
-                yield list_and_watch_response(kubelet_view)
+                yield self.message(view)
         finally:
             self.streams -= 1
             if not self.stopping:
@@ -151,14 +160,12 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 log.warning("Allocate refused: %s", err)
                 await context.abort(getattr(grpc.StatusCode, err.code), str(err))
             metrics_registry.allocated(self.resource)
-            log.info(
-                "%s: allocated %s",
-                self.resource,
-                "; ".join(
-                    r.envs[f"{self.engine.env_prefix}_PCI_ADDRESSES"]
-                    for r in response.container_responses
-                ),
-            )
+            # Per-call lines would drown the log on a busy node; kae_allocations_total counts them
+            # and the pod-resources API says who holds what.
+            if log.isEnabledFor(logging.DEBUG):
+                key = f"{self.engine.env_prefix}_PCI_ADDRESSES"
+                allocated = "; ".join(r.envs[key] for r in response.container_responses)
+                log.debug("%s: allocated %s", self.resource, allocated)
             return response
 
     async def PreStartContainer(
