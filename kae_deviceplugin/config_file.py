@@ -12,13 +12,11 @@ import ipaddress
 import math
 import re
 import reprlib
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
-
-import yaml
 
 from .engines import ENGINES_BY_NAME
 from .errors import KaeDevicePluginError
@@ -331,25 +329,15 @@ def parse_config(data: object, source: str) -> FileConfig:
     return FileConfig(source, *(MappingProxyType(part) for part in (settings, engines, env)))
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """The safe loader, refusing duplicate keys, of which plain YAML silently keeps the last."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
-        seen: set[tuple[str, str]] = set()
-        for key_node, _ in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
-                continue
-            if (key_node.tag, key_node.value) in seen:
-                problem = f"found duplicate key {key_node.value!r}"
-                raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
-            seen.add((key_node.tag, key_node.value))
-        return super().construct_mapping(node, deep=deep)
-
-
 def parse_config_text(text: str, source: str) -> FileConfig:
     """Parse and validate YAML text; every failure, syntax included, is an InvalidConfig."""
+    # PyYAML costs ~2 MiB of resident memory; a daemon run without a file never loads it.
+    import yaml  # noqa: PLC0415
+
+    from .config_yaml import StrictLoader  # noqa: PLC0415
+
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: builds plain data only
+        data = yaml.load(text, Loader=StrictLoader)  # a SafeLoader: builds plain data only
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
