@@ -315,8 +315,10 @@ class Daemon:
         server = self.servers.get(resource)
         if server is None or server.servicer.streams > 0 or self.stopping.is_set():
             return
-        self.registered.discard(resource)
+        # Not "unregistered" yet: the kubelet may be opening the stream of a newer Register.
+        # Readiness already needs a live stream, so nothing claims more than is true meanwhile.
         if use_plugin_watcher(self.settings):
+            self.registered.discard(resource)
             return  # the plugin watcher re-dials by itself when it sees the socket again
         asyncio.get_running_loop().call_later(
             STREAM_GRACE, self._reregister_if_silent, resource, server
