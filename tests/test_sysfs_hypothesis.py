@@ -79,7 +79,8 @@ def test_random_attribute_contents_never_break_discovery(
     assert all(isinstance(a, str) and a for a in vf.algorithms)
     if vf.available_instances is None or vf.available_instances < 0:
         assert vf.health is Health.UNHEALTHY
-    if uacce["isolate"] is None and uacce["dev_state"] is None and vf.available_instances:
+    queues_ok = vf.available_instances is not None and vf.available_instances >= 0
+    if uacce["isolate"] is None and uacce["dev_state"] is None and queues_ok:
         assert vf.health is Health.HEALTHY, vf.reasons
 
 
