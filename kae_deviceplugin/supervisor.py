@@ -25,13 +25,13 @@ from .config_source import ConfigSource
 from .dirwatch import DirWatch
 from .errors import SocketVanished
 from .events import log_inventory_changes
+from .incremental import IncrementalScanner
 from .kubelet import register_until_done
 from .model import Inventory
 from .pluginwatcher import add_registration_servicer, use_plugin_watcher
 from .resources import EngineChoice, ResourceView, build_views
 from .server import ResourceServer, ServingPolicy, socket_name
 from .sockets import file_identity
-from .sysfs import scan
 from .sysfs_view import sync_view
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,8 @@ class Daemon:
         self.stopping = asyncio.Event()
         self.loop_ticks: dict[str, float] = {}
         self.kubelet_identity = file_identity(self.kubelet_socket)
+        # Answers exactly what sysfs.scan() would, re-reading only volatile signals per tick.
+        self.scanner = IncrementalScanner(settings.sysfs_root, settings.dev_root)
         self.view_error_logged = False
         self._reload_requested = False
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -179,6 +181,7 @@ class Daemon:
         for task in self.registering.values():
             task.cancel()
         self.registering.clear()
+        self.scanner.close()
         await asyncio.gather(*(server.stop(grace=0.2) for server in self.servers.values()))
         self.servers.clear()
         self.registered.clear()
@@ -189,15 +192,18 @@ class Daemon:
             self.loop_ticks["scan"] = time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.rescan_now.wait(), self.settings.scan_interval)
+                # Woken by an event (udev, SIGHUP): static attributes may have changed too.
+                self.scanner.invalidate()
             self.rescan_now.clear()
             await self.maybe_reload()
             await self.rescan()
 
     async def rescan(self) -> None:
         started = time.perf_counter()
-        s = self.settings
-        inventory = await asyncio.to_thread(scan, s.sysfs_root, s.dev_root)
+        inventory = await asyncio.to_thread(self.scanner.scan)
         metrics_registry.SCAN_DURATION.observe(time.perf_counter() - started)
+        if inventory is self.inventory:
+            return  # the scanner hands back the very same object when nothing moved
         log_inventory_changes(self.inventory, inventory)
         self.inventory = inventory
         await self.reconcile()

@@ -21,16 +21,21 @@ import errno
 import logging
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .engines import Engine, engine_for_uacce_name
 from .health import HealthFacts, judge
-from .model import Function, Inventory, UacceDevice
+from .model import Function, Health, Inventory, UacceDevice
 
 log = logging.getLogger(__name__)
 
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_MAX_ATTR_BYTES = 65536
+MAX_ATTR_BYTES = 65536
+# The attributes that change while a device exists; the rest of a device's files are fixed when the
+# kernel creates it. Order: as VolatileReadings holds them.
+VOLATILE_ATTRIBUTES = ("isolate", "dev_state", "available_instances")
 
 
 class _Unreadable:
@@ -52,11 +57,16 @@ def read_attribute(path: str) -> Reading:
     except OSError:
         return UNREADABLE
     try:
-        data = os.read(fd, _MAX_ATTR_BYTES)
+        data = os.read(fd, MAX_ATTR_BYTES)
     except OSError:
         return UNREADABLE
     finally:
         os.close(fd)
+    return decode_attribute(data)
+
+
+def decode_attribute(data: bytes) -> Reading:
+    """An attribute's bytes as stripped text, UNREADABLE when they are not ASCII."""
     try:
         return data.decode("ascii").strip()
     except UnicodeDecodeError:
@@ -111,49 +121,111 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root + os.sep)
 
 
+VolatileReadings = tuple[Reading, Reading, Reading]  # as VOLATILE_ATTRIBUTES names them
+
+
+class Volatile(NamedTuple):
+    """The fields of a UacceDevice that follow what changes while the device exists."""
+
+    available_instances: int | None
+    isolate: int | None
+    dev_state: int | None
+    dev_node_exists: bool
+    health: Health
+    reasons: tuple[str, ...]
+
+
+def volatile_fields(
+    readings: VolatileReadings, *, dev_node_exists: bool, driver_bound: bool, device_link_ok: bool
+) -> Volatile:
+    """Parse the volatile readings and judge health: the one place both scanners do it."""
+    isolate, dev_state, available_reading = readings
+    available = parse_int(available_reading)
+    health, reasons = judge(
+        HealthFacts(
+            isolate=parse_int(isolate),
+            isolate_present=isolate is not None,
+            dev_state=parse_int(dev_state),
+            dev_state_present=dev_state is not None,
+            dev_node_exists=dev_node_exists,
+            available_instances=available if available is not None and available >= 0 else None,
+            driver_bound=driver_bound,
+            device_link_ok=device_link_ok,
+        )
+    )
+    return Volatile(
+        available, parse_int(isolate), parse_int(dev_state), dev_node_exists, health, reasons
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRead:
+    """A device as one full read saw it, plus what re-reading only its volatile signals needs."""
+
+    device: UacceDevice
+    attribute_dir: str  # where the attribute files are: the device directory or its attrs/
+    readings: VolatileReadings
+    driver_bound: bool
+    device_link_ok: bool
+
+
 class _Scanner:
     """One pass over ``class/uacce``; the object only exists to share the roots and the warnings."""
 
     def __init__(self, sysfs_root: Path, dev_root: Path) -> None:
         self.sysfs_root = str(sysfs_root.resolve())
         self.dev_root = str(dev_root)
+        self.class_dir = f"{self.sysfs_root}/class/uacce"
         self.warnings: list[str] = []
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
         log.warning("%s", message)
 
-    def scan(self) -> Inventory:
-        class_dir = f"{self.sysfs_root}/class/uacce"
+    def entries(self) -> list[str] | Inventory:
+        """The sorted names in ``class/uacce``, or the whole answer when it cannot be listed."""
         try:
-            names = sorted(os.listdir(class_dir))
+            return sorted(os.listdir(self.class_dir))
         except FileNotFoundError:
-            log.debug("%s does not exist: no UACCE devices on this node", class_dir)
+            log.debug("%s does not exist: no UACCE devices on this node", self.class_dir)
             return Inventory()
         except OSError as err:
-            self.warn(f"cannot list {class_dir}: {err.strerror}")
+            self.warn(f"cannot list {self.class_dir}: {err.strerror}")
             return Inventory(warnings=tuple(self.warnings))
+
+    def scan(self) -> Inventory:
+        names = self.entries()
+        if isinstance(names, Inventory):
+            return names
         devices: dict[str, UacceDevice] = {}
         for name in names:
             engine = engine_for_uacce_name(name)
             if engine is None:
                 log.debug("ignoring %s: not a KAE engine's uacce device", name)
                 continue
-            device = self.device(f"{class_dir}/{name}", name, engine)
-            if device is None:
-                continue
-            if device.pci_address in devices:
-                first = devices[device.pci_address].name
-                self.warn(
-                    f"skipping {class_dir}/{name}: PCI function {device.pci_address} "
-                    f"already reported as {first}"
-                )
-                continue
-            devices[device.pci_address] = device
+            found = self.read_device(name, engine)
+            if found is not None:
+                self.admit(devices, name, found.device)
+        return self.inventory(devices)
+
+    def admit(self, devices: dict[str, UacceDevice], name: str, device: UacceDevice) -> None:
+        """Add ``device`` unless its PCI function is already taken (the PCI address is the key)."""
+        first = devices.get(device.pci_address)
+        if first is not None:
+            self.warn(
+                f"skipping {self.class_dir}/{name}: PCI function {device.pci_address} "
+                f"already reported as {first.name}"
+            )
+            return
+        devices[device.pci_address] = device
+
+    def inventory(self, devices: dict[str, UacceDevice]) -> Inventory:
         ordered = sorted(devices.values(), key=lambda d: (d.engine, d.pci_address))
         return Inventory(devices=tuple(ordered), warnings=tuple(self.warnings))
 
-    def device(self, entry: str, name: str, engine: Engine) -> UacceDevice | None:
+    def read_device(self, name: str, engine: Engine) -> DeviceRead | None:
+        """Everything about one ``class/uacce`` entry; None (with a warning) when it is skipped."""
+        entry = f"{self.class_dir}/{name}"
         uacce_dir = _resolve_dir(entry)
         if uacce_dir is None or not _inside(uacce_dir, self.sysfs_root):
             self.warn(f"skipping {entry}: does not resolve to a device directory under the root")
@@ -164,25 +236,22 @@ class _Scanner:
             return None
         pci_address = os.path.basename(pci_dir)
         attrs = _AttributeReader(uacce_dir)
-        isolate, dev_state = attrs("isolate"), attrs("dev_state")
-        available = parse_int(attrs("available_instances"))
-        dev_node = f"{self.dev_root}/{name}"
-        dev_node_exists = os.path.exists(dev_node)
+        readings: VolatileReadings = (
+            attrs("isolate"),
+            attrs("dev_state"),
+            attrs("available_instances"),
+        )
+        dev_node_exists = os.path.exists(f"{self.dev_root}/{name}")
         function, parent_pf = self.function_of(pci_dir, engine)
-        health, reasons = judge(
-            HealthFacts(
-                isolate=parse_int(isolate),
-                isolate_present=isolate is not None,
-                dev_state=parse_int(dev_state),
-                dev_state_present=dev_state is not None,
-                dev_node_exists=dev_node_exists,
-                available_instances=available if available is not None and available >= 0 else None,
-                driver_bound=os.path.isdir(f"{pci_dir}/driver"),
-                device_link_ok=link_ok,
-            )
+        driver_bound = os.path.isdir(f"{pci_dir}/driver")
+        volatile = volatile_fields(
+            readings,
+            dev_node_exists=dev_node_exists,
+            driver_bound=driver_bound,
+            device_link_ok=link_ok,
         )
         algorithms = attrs("algorithms")
-        return UacceDevice(
+        device = UacceDevice(
             name=name,
             engine=engine.name,
             resource=engine.resource,
@@ -193,16 +262,17 @@ class _Scanner:
             api=_text(attrs("api")),
             flags=parse_int(attrs("flags")),
             algorithms=tuple(algorithms.split()) if isinstance(algorithms, str) else (),
-            available_instances=available,
-            isolate=parse_int(isolate),
-            dev_state=parse_int(dev_state),
+            available_instances=volatile.available_instances,
+            isolate=volatile.isolate,
+            dev_state=volatile.dev_state,
             dev_node=f"/dev/{name}",
-            dev_node_exists=dev_node_exists,
+            dev_node_exists=volatile.dev_node_exists,
             sysfs_path=uacce_dir,
             pci_path=pci_dir,
-            health=health,
-            reasons=reasons,
+            health=volatile.health,
+            reasons=volatile.reasons,
         )
+        return DeviceRead(device, attrs.base, readings, driver_bound, link_ok)
 
     def pci_function(self, uacce_dir: str) -> tuple[str | None, bool]:
         """The PCI function directory, and whether the ``device`` link led there.
