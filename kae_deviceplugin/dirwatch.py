@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +33,26 @@ WATCH_MASK = (
 )
 
 
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
+
+
+def created_names(data: bytes) -> set[str]:
+    """Names of the entries created (or moved in) that a buffer of inotify events reports.
+
+    Identity checks alone can miss a re-created socket: the new file may get the old inode number
+    and, on coarse clocks, the same ctime. A creation event cannot be missed that way.
+    """
+    names: set[str] = set()
+    offset = 0
+    while offset + _EVENT.size <= len(data):
+        _wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
+        start = offset + _EVENT.size
+        if mask & (IN_CREATE | IN_MOVED_TO) and length:
+            names.add(os.fsdecode(data[start : start + length].rstrip(b"\0")))
+        offset = start + length
+    return names
+
+
 def _libc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     try:
@@ -45,7 +66,7 @@ def _libc() -> ctypes.CDLL | None:
 class DirWatch:
     """An inotify watch on one directory, delivering "something changed" to a callback."""
 
-    def __init__(self, directory: Path, on_change: Callable[[], None]) -> None:
+    def __init__(self, directory: Path, on_change: Callable[[frozenset[str]], None]) -> None:
         self.directory = directory
         self.on_change = on_change
         self.fd = -1
@@ -71,10 +92,11 @@ class DirWatch:
             loop.add_reader(self.fd, self._drain)
 
     def _drain(self) -> None:
+        created: set[str] = set()
         with contextlib.suppress(BlockingIOError):
-            while os.read(self.fd, 65536):
-                pass
-        self.on_change()
+            while data := os.read(self.fd, 65536):
+                created.update(created_names(data))
+        self.on_change(frozenset(created))
 
     def close(self) -> None:
         if self._loop is not None and self.available:

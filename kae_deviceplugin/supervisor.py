@@ -31,7 +31,7 @@ from .model import Inventory
 from .pluginwatcher import add_registration_servicer, use_plugin_watcher
 from .resources import EngineChoice, ResourceView, build_views
 from .server import ResourceServer, ServingPolicy, socket_name
-from .sockets import file_identity
+from .sockets import file_identity, is_live
 from .sysfs_view import sync_view
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 WATCH_INTERVAL = 0.05  # kubelet.sock / own-socket polling where inotify is unavailable
 WATCH_SAFETY_INTERVAL = 1.0  # with inotify: a slow re-check in case an event was missed
 START_ATTEMPTS = 20  # binds lost to a kubelet's socket sweep before giving up (~4 s)
+SETTLE_DELAY = 0.02  # after a directory event, before looking at the directory
 STREAM_GRACE = 0.5  # how long a resource may go without a stream before we register again
 
 
@@ -72,6 +73,7 @@ class Daemon:
         # asyncio primitives bind to the loop that first uses them, so creating them here is safe.
         self.servers_lock = asyncio.Lock()
         self.kubelet_dir_event = asyncio.Event()
+        self.kubelet_socket_created = False  # inotify saw kubelet.sock created since last check
 
     # -- paths and derived settings ------------------------------------------------------------
 
@@ -348,7 +350,9 @@ class Daemon:
             for resource in resources:
                 await self.start_resource(resource)
 
-    def kubelet_dir_changed(self) -> None:
+    def kubelet_dir_changed(self, created: frozenset[str]) -> None:
+        if KUBELET_SOCKET in created:
+            self.kubelet_socket_created = True
         self.kubelet_dir_event.set()
 
     async def watch_loop(self) -> None:
@@ -369,6 +373,9 @@ class Daemon:
                 self.loop_ticks["watch"] = time.monotonic()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.kubelet_dir_event.wait(), interval)
+                    # A restarting kubelet sweeps the directory, then creates kubelet.sock: let
+                    # the burst settle instead of acting on the directory half-swept.
+                    await asyncio.sleep(SETTLE_DELAY)
                 self.kubelet_dir_event.clear()
                 await self.check_kubelet()
         finally:
@@ -377,7 +384,8 @@ class Daemon:
 
     async def check_kubelet(self) -> None:
         identity = file_identity(self.kubelet_socket)
-        if identity != self.kubelet_identity:
+        created, self.kubelet_socket_created = self.kubelet_socket_created, False
+        if identity != self.kubelet_identity or (created and identity is not None):
             self.kubelet_identity = identity
             if identity is None:
                 log.warning(
@@ -389,6 +397,10 @@ class Daemon:
             await self.restart_all("kubelet (re)started")
             return
         lost = [r for r, server in self.servers.items() if not server.socket_intact()]
+        if lost and not is_live(self.kubelet_socket):
+            # Our sockets were swept but no kubelet answers yet: it is restarting. Registering
+            # now would only race it; its new kubelet.sock is what we act on.
+            return
         if lost:
             await self.restart_all(f"socket of {', '.join(sorted(lost))} was removed")
 

@@ -244,3 +244,19 @@ def test_socket_path_safety(tmp_path: Path) -> None:
         live.close()
     prepare_socket_path(live_path)  # now stale: nobody accepts
     assert not live_path.exists()
+
+
+def test_created_names_parses_inotify_events() -> None:
+    """A re-created kubelet.sock is recognised from the event itself, whatever its inode."""
+    import struct
+
+    from kae_deviceplugin.dirwatch import IN_CREATE, IN_DELETE, IN_MOVED_TO, created_names
+
+    def event(mask: int, name: bytes) -> bytes:
+        padded = name + b"\0" * (16 - len(name) % 16)
+        return struct.pack("iIII", 1, mask, 0, len(padded)) + padded
+
+    data = event(IN_DELETE, b"kubelet.sock") + event(IN_CREATE, b"kubelet.sock")
+    data += event(IN_MOVED_TO, b"kae-sec.sock") + event(IN_DELETE, b"gone.sock")
+    assert created_names(data) == {"kubelet.sock", "kae-sec.sock"}
+    assert created_names(b"") == set()
