@@ -36,6 +36,7 @@ import logging
 import os
 import re
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -49,6 +50,7 @@ from .model import Function, Inventory
 log = logging.getLogger(__name__)
 
 LABEL_PREFIX = "feature.node.kubernetes.io/"
+RECHECK_SECONDS = 60.0  # how often an unchanged inventory's file is looked at
 FEATURE_TTL = timedelta(hours=1)
 EXPIRY_DIRECTIVE = "# +expiry-time="
 MAX_LABEL_LENGTH = 63
@@ -185,19 +187,27 @@ async def nfd_task(daemon: Observed) -> None:
         return
     feature_file = FeatureFile(path)
     last_error: str | None = None
+    written: object = None  # the inventory object last written, while the file needs no renewal
+    recheck_at = 0.0
     while True:
-        try:
-            await asyncio.to_thread(feature_file.update, feature_labels(daemon.inventory))
-            if last_error is not None:
-                log.info("NFD feature file %s is writable again", path)
-            last_error = None
-        except OSError as err:
-            if err.strerror != last_error:
-                log.warning(
-                    "cannot write the NFD feature file %s (%s); no KAE node labels until it can "
-                    "be written (is features.d mounted?)",
-                    path,
-                    err.strerror or err,
-                )
-            last_error = err.strerror or str(err)
+        inventory = daemon.inventory
+        # The scanner hands back the same object while nothing moved: then there is nothing to
+        # compute or read until the expiry header needs renewing (checked every minute).
+        if inventory is not written or time.monotonic() >= recheck_at:
+            try:
+                await asyncio.to_thread(feature_file.update, feature_labels(inventory))
+                written, recheck_at = inventory, time.monotonic() + RECHECK_SECONDS
+                if last_error is not None:
+                    log.info("NFD feature file %s is writable again", path)
+                last_error = None
+            except OSError as err:
+                written = None
+                if err.strerror != last_error:
+                    log.warning(
+                        "cannot write the NFD feature file %s (%s); no KAE node labels until it "
+                        "can be written (is features.d mounted?)",
+                        path,
+                        err.strerror or err,
+                    )
+                last_error = err.strerror or str(err)
         await asyncio.sleep(max(daemon.settings.scan_interval, 0.1))
