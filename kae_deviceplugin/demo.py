@@ -19,6 +19,7 @@ REGISTRATION_DEADLINE = 10.0
 
 
 def demo_settings(workdir: Path) -> Settings:
+    """Everything under ``workdir``: the node tree, the kubelet's directories, the state dir."""
     return dataclasses.replace(
         Settings(),
         sysfs_root=workdir / "node" / "sys",

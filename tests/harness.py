@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kae_deviceplugin.config import Settings
+from kae_deviceplugin.demo import demo_settings
 from kae_deviceplugin.emulator import KubeletEmulator
 from kae_deviceplugin.supervisor import Daemon
 from kae_deviceplugin.sysfs_trees import TREES
@@ -31,18 +32,8 @@ def short_tmpdir() -> Iterator[Path]:
 
 
 def settings_for(workdir: Path, **changes: Any) -> Settings:
-    base = dataclasses.replace(
-        Settings(),
-        sysfs_root=workdir / "node" / "sys",
-        dev_root=workdir / "node" / "dev",
-        kubelet_root=workdir / "kubelet",
-        device_plugin_dir=workdir / "kubelet" / "device-plugins",
-        state_dir=workdir / "state",
-        metrics_address="",
-        nfd_features_file=None,
-        registration="kubelet-socket",
-    )
-    return dataclasses.replace(base, **changes)
+    """The demo's sandbox settings (everything under ``workdir``), with ``changes`` applied."""
+    return dataclasses.replace(demo_settings(workdir), **changes)
 
 
 class DaemonThread:
