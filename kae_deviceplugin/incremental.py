@@ -16,9 +16,10 @@ What is checked when:
 
 * every tick: the ``class/uacce`` listing (devices added and removed), the volatile signals;
 * every ``full_every`` ticks, and on the tick after :meth:`IncrementalScanner.invalidate`:
-  everything, as ``scan()`` reads it. Static attributes, and an attribute file appearing in a
-  device directory where it was absent (kernels never do that: a device's files are fixed at its
-  creation), are seen at that cadence: with the defaults, within 30 ticks (30 s).
+  everything, as ``scan()`` reads it. Static attributes are seen at that cadence: with the
+  defaults, within 30 ticks (30 s). A volatile file appearing where it was absent (kernels never
+  do that: a device's files are fixed at its creation; fake trees may) is checked for every tick
+  off sysfs, and at the full-pass cadence on sysfs.
 
 A kept file that reads ENODEV/ENOENT means its device went away (sysfs detaches open files of a
 removed device); on other filesystems, such as the fake trees of the tests, a file replaced or
@@ -180,6 +181,7 @@ class _Watched:
     """One device between full reads: its kept files and the signals its object was built from."""
 
     __slots__ = (
+        "absent",
         "by_path",
         "dev_node",
         "dev_node_exists",
@@ -200,6 +202,7 @@ class _Watched:
         self.paths = [f"{found.attribute_dir}/{name}" for name in VOLATILE_ATTRIBUTES]
         self.kept: list[tuple[int, int]] = []  # (index in VOLATILE_ATTRIBUTES, open fd)
         self.by_path: list[int] = []  # indexes read by path each tick; absent ones are in neither
+        self.absent: list[str] = []  # volatile files the device lacked when it was read
         self.raws: list[bytes | None] = [None] * len(VOLATILE_ATTRIBUTES)  # None: not compared
         self.readings: list[Reading] = list(found.readings)
         self.dev_node = f"{dev_root}/{found.device.name}"
@@ -347,8 +350,11 @@ class IncrementalScanner:
             if state is None:
                 device = self._read(name)
             else:
-                device = self._refresh(state, dev_entries)
-                if device is None:  # gone, or changed under the kept files: read it anew
+                # A volatile file appearing (kernels never add one; fake trees may) or one gone
+                # or replaced under its kept fd: read the device anew.
+                appeared = self._verify and any(map(_exists, state.absent))
+                device = None if appeared else self._refresh(state, dev_entries)
+                if device is None:
                     self._forget(name)
                     device = self._read(name)
             if name in watched:
@@ -417,7 +423,9 @@ class IncrementalScanner:
                 state.kept.append((index, fd))
             elif fd == _BY_PATH:
                 state.by_path.append(index)
-            elif state.readings[index] is not None:
+            elif state.readings[index] is None:
+                state.absent.append(path)
+            else:
                 state.readings[index] = None  # vanished since the read: rebuild next tick
                 state.dirty = True
         # With nothing to watch nothing would tell that the device went away: read it each tick.

@@ -575,3 +575,18 @@ if __name__ == "__main__":
         measure(Path(argument), ticks=20)
     if len(sys.argv) < 2:
         print(__doc__)
+
+
+def test_volatile_file_appearing_on_an_old_layout_is_seen_next_tick(tmp_path: Path) -> None:
+    """A mainline-5.10 tree has no isolate file; one written later counts on the next tick."""
+    from kae_deviceplugin.sysfs import scan
+    from kae_deviceplugin.sysfs_builder import set_attribute
+    from kae_deviceplugin.sysfs_trees import TREES as NAMED
+
+    NAMED["mainline-5.10"].build(tmp_path)
+    with IncrementalScanner(tmp_path / "sys", tmp_path / "dev", full_every=10**6) as scanner:
+        assert all(d.healthy for d in scanner.scan())
+        set_attribute(tmp_path, "hisi_sec2-0", "isolate", "1")
+        ticked = scanner.scan()
+        assert ticked == scan(tmp_path / "sys", tmp_path / "dev")
+        assert {d.name: d.reasons for d in ticked}["hisi_sec2-0"] == ("isolated",)
