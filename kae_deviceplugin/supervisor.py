@@ -204,8 +204,10 @@ class Daemon:
         started = time.perf_counter()
         inventory = await asyncio.to_thread(self.scanner.scan)
         metrics_registry.SCAN_DURATION.observe(time.perf_counter() - started)
-        if inventory is self.inventory:
-            return  # the scanner hands back the very same object when nothing moved
+        # The scanner hands back the very same object when nothing moved; a failed update of
+        # the container view is retried each tick even so.
+        if inventory is self.inventory and not self.view_error_logged:
+            return
         log_inventory_changes(self.inventory, inventory)
         self.inventory = inventory
         await self.reconcile()

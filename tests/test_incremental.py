@@ -568,15 +568,6 @@ def test_measure_runs(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "full_ms=" in capsys.readouterr().out
 
 
-if __name__ == "__main__":
-    soft_limit, hard_limit = resource.getrlimit(resource.RLIMIT_NOFILE)
-    print(f"RLIMIT_NOFILE {soft_limit}/{hard_limit}")
-    for argument in sys.argv[1:]:
-        measure(Path(argument), ticks=20)
-    if len(sys.argv) < 2:
-        print(__doc__)
-
-
 def test_volatile_file_appearing_on_an_old_layout_is_seen_next_tick(tmp_path: Path) -> None:
     """A mainline-5.10 tree has no isolate file; one written later counts on the next tick."""
     from kae_deviceplugin.sysfs import scan
@@ -590,3 +581,12 @@ def test_volatile_file_appearing_on_an_old_layout_is_seen_next_tick(tmp_path: Pa
         ticked = scanner.scan()
         assert ticked == scan(tmp_path / "sys", tmp_path / "dev")
         assert {d.name: d.reasons for d in ticked}["hisi_sec2-0"] == ("isolated",)
+
+
+if __name__ == "__main__":
+    soft_limit, hard_limit = resource.getrlimit(resource.RLIMIT_NOFILE)
+    print(f"RLIMIT_NOFILE {soft_limit}/{hard_limit}")
+    for argument in sys.argv[1:]:
+        measure(Path(argument), ticks=20)
+    if len(sys.argv) < 2:
+        print(__doc__)
