@@ -1,7 +1,8 @@
 """A broadcast "latest value": any number of readers each see every value that was current.
 
 Readers that fall behind skip straight to the newest value, which is what ListAndWatch wants:
-every message is the full list, so an intermediate one is never needed.
+every message is the full list, so an intermediate one is never needed. Readers end when their
+task is cancelled (the gRPC server cancels streams when it stops).
 """
 
 from __future__ import annotations
@@ -13,46 +14,28 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
-class Closed(Exception):
-    """The value will never change again; readers should finish."""
-
-
 class LatestValue(Generic[T]):
     def __init__(self, initial: T) -> None:
         self._value = initial
         self._version = 0
         self._changed = asyncio.Event()
-        self._closed = False
 
     @property
     def value(self) -> T:
         return self._value
 
-    @property
-    def version(self) -> int:
-        return self._version
-
     def publish(self, value: T) -> None:
         self._value = value
         self._version += 1
-        self._wake()
-
-    def close(self) -> None:
-        self._closed = True
-        self._wake()
-
-    def _wake(self) -> None:
         # Every waiter holds the event it started waiting on; replacing it means a waiter
         # woken late still sees "changed" and never misses a publish.
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
     async def updates(self) -> AsyncIterator[tuple[int, T]]:
-        """The current value at once, then each newer one, until closed."""
+        """The current value at once, then each newer one."""
         seen = -1
         while True:
-            if self._closed:
-                return
             if self._version != seen:
                 seen = self._version
                 yield seen, self._value

@@ -49,13 +49,6 @@ class ResourceView:
         """Exactly what ListAndWatch carries; a change here is what the kubelet must hear."""
         return tuple((d.id, d.health.value, d.numa_node) for d in self.devices)
 
-    @property
-    def physical_devices(self) -> tuple[UacceDevice, ...]:
-        seen: dict[str, UacceDevice] = {}
-        for advertised in self.devices:
-            seen.setdefault(advertised.device.pci_address, advertised.device)
-        return tuple(seen.values())
-
 
 def select_functions(devices: tuple[UacceDevice, ...], functions: str) -> tuple[UacceDevice, ...]:
     """Apply the PF/VF choice: all, pf, vf, or prefer-vf (VFs where the engine has any)."""
