@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -44,7 +44,7 @@ async def register_until_done(
     device_plugin_dir: Path,
     endpoint: str,
     resource: str,
-    on_registered: Callable[[], Awaitable[None] | None] | None = None,
+    on_registered: Callable[[], None] | None = None,
 ) -> None:
     """Register, retrying with capped exponential backoff; logs once per state change."""
     delay = BACKOFF_START
@@ -68,7 +68,5 @@ async def register_until_done(
             continue
         log.info("%s: registered with the kubelet (endpoint %s)", resource, endpoint)
         if on_registered is not None:
-            result = on_registered()
-            if result is not None:
-                await result
+            on_registered()
         return
