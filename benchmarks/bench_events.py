@@ -20,8 +20,8 @@ from bench_node import (
     stop,
 )
 
-from kae_deviceplugin.emulator import KubeletEmulator
-from kae_deviceplugin.sysfs_builder import set_attribute
+from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
+from kae_deviceplugin.testing.sysfs_builder import set_attribute
 
 DEFAULT_SCAN_INTERVAL = 1.0  # Settings().scan_interval; the daemon runs with its defaults
 HEALTH_TARGET = 1.0

@@ -19,11 +19,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kae_deviceplugin.emulator import KubeletEmulator
-from kae_deviceplugin.model import Inventory
-from kae_deviceplugin.sysfs import scan
-from kae_deviceplugin.sysfs_builder import build_tree
-from kae_deviceplugin.sysfs_trees import TREES, large_tree
+from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.discovery.scan import scan
+from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
+from kae_deviceplugin.testing.sysfs_builder import build_tree
+from kae_deviceplugin.testing.sysfs_trees import TREES, large_tree
 
 DEADLINE = 30.0  # s: a daemon that is not registered by then is broken, not slow
 TWO_SOCKET = "kunpeng920-2p"

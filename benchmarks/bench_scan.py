@@ -12,8 +12,8 @@ from bench_core import Figure, median, p99, slope
 from bench_node import build, scratch
 
 from kae_deviceplugin.api import list_and_watch_response
-from kae_deviceplugin.sharing import MAX_SHARES, device_ids
-from kae_deviceplugin.sysfs import scan
+from kae_deviceplugin.core.ids import MAX_SHARES, device_ids
+from kae_deviceplugin.discovery.scan import scan
 
 SCAN_TARGET_MS = 100.0
 WARMUP = 2

@@ -1,6 +1,6 @@
 """udev event to ListAndWatch update: umockdev's synthetic uevents, a real pyudev monitor.
 
-Reuses the ``daemon`` scenario of ``tests/umockdev_driver.py`` (the hotplug tests' driver): the
+Reuses the ``daemon`` scenario of ``tests/support/umockdev_driver.py`` (the hotplug tests' driver): the
 whole daemon with its udev task and a 60 s scan interval, so only the uevent can explain a fast
 update. It has to run under ``umockdev-wrapper`` (the preload must be there when the interpreter
 starts), hence a subprocess.
@@ -19,7 +19,7 @@ from typing import Any
 from bench_core import Figure, median, p99
 
 REPO = Path(__file__).resolve().parents[1]
-DRIVER = REPO / "tests" / "umockdev_driver.py"
+DRIVER = REPO / "tests" / "support" / "umockdev_driver.py"
 TARGET = 0.2
 LIBRARIES = ("libumockdev.so.0", "libumockdev-preload.so.0")
 
@@ -34,7 +34,7 @@ def umockdev_missing() -> str | None:
         except OSError:
             return f"n/a (needs umockdev: {library})"
     if not DRIVER.exists():
-        return "n/a (tests/umockdev_driver.py not found)"
+        return "n/a (tests/support/umockdev_driver.py not found)"
     return None
 
 
@@ -53,7 +53,7 @@ def run_driver(events: int, timeout: float) -> dict[str, Any]:
     wrapper = shutil.which("umockdev-wrapper")
     assert wrapper is not None
     done = subprocess.run(
-        [wrapper, sys.executable, "-m", "tests.umockdev_driver", "daemon", "--count", str(events)],
+        [wrapper, sys.executable, "-m", "tests.support.umockdev_driver", "daemon", "--count", str(events)],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,5 +1,5 @@
 """`python -m kae_deviceplugin` runs the command line."""
 
-from .cli import main
+from kae_deviceplugin.cli.main import main
 
 main(prog_name="kae-deviceplugin")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ._generated.deviceplugin.v1beta1 import api_pb2 as pb
-from ._generated.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from kae_deviceplugin._generated.deviceplugin.v1beta1 import api_pb2 as pb
+from kae_deviceplugin._generated.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 
 __all__ = ["KUBELET_SOCKET", "VERSION", "pb", "pb_grpc"]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tests/test_hotplug_umockdev.py needs (idempotent; Debian/Ubuntu, run as root).
+# Installs what tests/daemon/test_hotplug_umockdev.py needs (idempotent; Debian/Ubuntu, run as root).
 #
 #   umockdev      umockdev-wrapper and libumockdev-preload.so.0 (fakes /sys, /dev and uevents)
 #   libumockdev0  libumockdev.so.0, the testbed API the tests drive through ctypes

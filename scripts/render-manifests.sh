@@ -3,7 +3,7 @@
 #   deploy/manifests/kae-device-plugin.yaml  namespace kae-system (with Pod Security labels),
 #                                            ServiceAccount, ConfigMap, metrics Service, DaemonSet
 #   deploy/nfd/nodefeaturerule.yaml          the NodeFeatureRule alone (needs NFD's CRDs)
-# Chart defaults apply otherwise. tests/test_deploy.py fails when the committed files are stale.
+# Chart defaults apply otherwise. tests/deploy/test_deploy.py fails when the committed files are stale.
 #
 # Usage: scripts/render-manifests.sh [--out DIR]   write DIR/manifests/... and DIR/nfd/... (default deploy/)
 #        scripts/render-manifests.sh --check       exit 1 with a diff when the committed files are stale

@@ -5,7 +5,7 @@ Usage:
   python sysfs_fixtures/generate.py --check            exit 1 naming what differs from a rebuild
   python sysfs_fixtures/generate.py --large N --out D  build N devices into the new directory D
 
-The trees are built by kae_deviceplugin.sysfs_trees; see README.md here for what each holds.
+The trees are built by kae_deviceplugin.testing.sysfs_trees; see README.md here for what each holds.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kae_deviceplugin.sysfs_builder import build_tree
-from kae_deviceplugin.sysfs_trees import TREES, large_tree
+from kae_deviceplugin.testing.sysfs_builder import build_tree
+from kae_deviceplugin.testing.sysfs_trees import TREES, large_tree
 
 FIXTURES = Path(__file__).resolve().parent
 # Git keeps no empty directory, so each one the builder leaves empty gets this marker file.

@@ -1,0 +1,1 @@
+"""The `kae-deviceplugin` command line: serve, list, check-config, demo."""

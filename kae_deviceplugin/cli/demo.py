@@ -1,0 +1,90 @@
+"""`kae-deviceplugin demo`: the real daemon on a bundled node, seen through a kubelet emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.core.engines import ENGINES
+from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
+from kae_deviceplugin.testing.sysfs_trees import TREES
+
+REGISTRATION_DEADLINE = 10.0
+
+
+def demo_settings(workdir: Path) -> Settings:
+    """Everything under ``workdir``: the node tree, the kubelet's directories, the state dir."""
+    return dataclasses.replace(
+        Settings(),
+        sysfs_root=workdir / "node" / "sys",
+        dev_root=workdir / "node" / "dev",
+        kubelet_root=workdir / "kubelet",
+        device_plugin_dir=workdir / "kubelet" / "device-plugins",
+        state_dir=workdir / "state",
+        metrics_address="",
+        nfd_features_file=None,
+        registration="kubelet-socket",
+    )
+
+
+def describe(kubelet: KubeletEmulator, say: Callable[[str], None]) -> bool:
+    """Print what the kubelet sees, allocate one healthy device per engine; False on a failure."""
+    resources = kubelet.resources()
+    say(f"The kubelet sees {len(resources)} resources registered:")
+    for resource, devices in sorted(resources.items()):
+        healthy = sum(d.healthy for d in devices)
+        say(f"  {resource}: capacity {len(devices)}, allocatable {healthy}")
+        for d in devices:
+            numa = ",".join(map(str, d.numa_nodes)) or "-"
+            say(f"    {d.id}  {d.health:<9}  NUMA {numa}")
+    ok = True
+    for engine in ENGINES:
+        devices = [d for d in resources.get(engine.resource, []) if d.healthy]
+        if not devices:
+            continue
+        answer = kubelet.allocate(engine.resource, [devices[0].id]).container_responses[0]
+        say(f"Allocate {engine.resource} [{devices[0].id}] gives the container:")
+        for spec in answer.devices:
+            say(f"    device {spec.container_path} ({spec.permissions})")
+        for key, value in sorted(answer.envs.items()):
+            say(f"    env    {key}={value}")
+        for mount in answer.mounts:
+            say(f"    mount  {mount.host_path} -> {mount.container_path} (read-only)")
+        ok = ok and len(answer.devices) == 1
+    return ok
+
+
+def run_demo(tree: str, say: Callable[[str], None]) -> int:
+    if tree not in TREES:
+        say(f"unknown tree {tree!r}; choose one of: {', '.join(sorted(TREES))}")
+        return 2
+    workdir = Path(tempfile.mkdtemp(prefix="kae-demo-", dir="/tmp"))
+    try:
+        TREES[tree].build(workdir / "node")
+        settings = demo_settings(workdir)
+        with KubeletEmulator(settings.effective_device_plugin_dir) as kubelet:
+            daemon = Daemon(settings)
+            outcome: list[bool] = []
+
+            async def drive(daemon: Daemon) -> None:
+                expected = len(daemon.inventory.resources)
+                registered = await asyncio.to_thread(
+                    kubelet.wait_for,
+                    lambda k: sum(bool(v) for v in k.resources().values()) == expected,
+                    REGISTRATION_DEADLINE,
+                )
+                say(f"Node {tree!r}: {len(daemon.inventory)} KAE devices discovered.")
+                outcome.append(registered and await asyncio.to_thread(describe, kubelet, say))
+                daemon.request_stop()
+
+            daemon.extra_tasks.append(drive)
+            code = asyncio.run(daemon.run())
+        return code if outcome == [True] else 1
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,84 @@
+"""How `kae-deviceplugin list` presents an inventory: a table for people, JSON for programs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from kae_deviceplugin.core.model import Inventory, UacceDevice
+
+# The JSON keys are a stable interface: add keys, never rename or remove them.
+JSON_KEYS: tuple[str, ...] = (
+    "name",
+    "engine",
+    "resource",
+    "pci_address",
+    "function",
+    "parent_pf",
+    "numa_node",
+    "api",
+    "flags",
+    "algorithms",
+    "available_instances",
+    "isolate",
+    "dev_state",
+    "health",
+    "reasons",
+    "dev_node",
+    "dev_node_exists",
+)
+
+
+def device_record(device: UacceDevice) -> dict[str, object]:
+    return {
+        "name": device.name,
+        "engine": device.engine,
+        "resource": device.resource,
+        "pci_address": device.pci_address,
+        "function": device.function.value,
+        "parent_pf": device.parent_pf,
+        "numa_node": device.numa_node,
+        "api": device.api,
+        "flags": device.flags,
+        "algorithms": list(device.algorithms),
+        "available_instances": device.available_instances,
+        "isolate": device.isolate,
+        "dev_state": device.dev_state,
+        "health": device.health.value,
+        "reasons": list(device.reasons),
+        "dev_node": device.dev_node,
+        "dev_node_exists": device.dev_node_exists,
+    }
+
+
+def render_json(inventory: Inventory) -> str:
+    return json.dumps([device_record(d) for d in inventory], indent=2)
+
+
+_HEADER = ("ENGINE", "NAME", "PCI ADDRESS", "FUNC", "PF", "NUMA", "QUEUES", "HEALTH", "REASONS")
+
+
+def _row(device: UacceDevice) -> tuple[str, ...]:
+    def shown(value: object) -> str:
+        return "-" if value is None else str(value)
+
+    return (
+        device.engine,
+        device.name,
+        device.pci_address,
+        device.function.value.upper(),
+        shown(device.parent_pf),
+        shown(device.numa_node),
+        shown(device.available_instances),
+        device.health.value,
+        ",".join(device.reasons) or "-",
+    )
+
+
+def render_table(inventory: Inventory) -> str:
+    if not inventory.devices:
+        return "no KAE devices found"
+    rows: Sequence[tuple[str, ...]] = [_HEADER, *(_row(d) for d in inventory)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADER))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(line.rstrip() for line in lines)

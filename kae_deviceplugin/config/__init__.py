@@ -1,0 +1,1 @@
+"""Settings: the one table of options, the versioned YAML file, and reloading it safely."""

@@ -1,0 +1,152 @@
+"""Hotplug from udev: a ``uacce`` uevent makes the daemon rescan now rather than at the next tick.
+
+Events only trigger a rescan; the rescan itself reads sysfs and decides what changed, so a lost or
+duplicated event costs nothing but latency (the periodic rescan stays the safety net). Where no
+udev monitor can be opened (no libudev, no netlink permission) the task says so once and idles.
+
+Which netlink group: udevd re-broadcasts events on the "udev" group after its rules ran, but
+without a running udevd libudev silently disables such a monitor, so then the raw "kernel" group is
+used. Nothing here depends on udev rules: the kernel creates the attributes and the devtmpfs node
+before it sends the event. (A pod outside the host network namespace only sees kernel events, so
+a deployment that mounts ``/run/udev`` there should pass ``source="kernel"``.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyudev  # loads libudev only when a Context is made, so importing is safe without it
+
+from kae_deviceplugin import counters
+
+if TYPE_CHECKING:
+    from kae_deviceplugin.daemon.supervisor import Daemon
+
+log = logging.getLogger(__name__)
+
+SUBSYSTEM = "uacce"
+# Actions that can change what a rescan finds. bind/unbind belong to the parent PCI function and
+# are listed for completeness; the uacce device's own add/remove follows them anyway.
+RESCAN_ACTIONS = frozenset({"add", "remove", "change", "bind", "unbind", "move"})
+UDEV_CONTROL = Path("/run/udev/control")  # exists while udevd runs (libudev checks the same)
+MAX_EVENTS_PER_WAKEUP = 256  # a flood is drained in slices so it cannot starve the event loop
+MAX_CONSECUTIVE_ERRORS = 8  # a monitor failing this often in a row is given up on
+
+
+class UeventDevice(Protocol):
+    """The part of ``pyudev.Device`` used here."""
+
+    @property
+    def action(self) -> str | None: ...
+
+    @property
+    def sys_name(self) -> str: ...
+
+
+class UeventMonitor(Protocol):
+    """The part of ``pyudev.Monitor`` used here; ``poll(timeout=0)`` must never block."""
+
+    def fileno(self) -> int: ...
+
+    def poll(self, timeout: float | None = None) -> UeventDevice | None: ...
+
+
+MonitorFactory = Callable[[], UeventMonitor]
+
+
+def netlink_source(udev_control: Path = UDEV_CONTROL) -> str:
+    """``"udev"`` when udevd runs, else ``"kernel"`` (a "udev" monitor would hear nothing)."""
+    return "udev" if udev_control.exists() else "kernel"
+
+
+def open_uacce_monitor(source: str | None = None) -> UeventMonitor:
+    """A started, non-blocking pyudev monitor for the ``uacce`` subsystem.
+
+    Raises whatever pyudev or libudev raise (ImportError without libudev, OSError without netlink
+    permission); ``udev_task`` turns that into the fallback.
+    """
+    monitor: Any = pyudev.Monitor.from_netlink(pyudev.Context(), source=source or netlink_source())
+    monitor.filter_by(SUBSYSTEM)
+    monitor.start()  # also sets O_NONBLOCK
+    opened: UeventMonitor = monitor
+    return opened
+
+
+class _Drainer:
+    """The reader callback: reads every pending event and asks for a rescan."""
+
+    def __init__(self, monitor: UeventMonitor, rescan_now: asyncio.Event) -> None:
+        self.monitor = monitor
+        self.rescan_now = rescan_now
+        self.errors = 0
+        self.broken = asyncio.Event()
+        self.last_error: BaseException | None = None
+
+    def __call__(self) -> None:
+        for _ in range(MAX_EVENTS_PER_WAKEUP):
+            try:
+                device = self.monitor.poll(timeout=0)
+            except Exception as err:  # a reader callback's exception would only be logged, forever
+                self.failed(err)
+                return
+            self.errors = 0
+            if device is None:
+                return
+            self.handle(device)
+
+    def handle(self, device: UeventDevice) -> None:
+        action = device.action or ""
+        if action not in RESCAN_ACTIONS:
+            log.debug("ignoring uevent %r for %s", action, device.sys_name)
+            return
+        log.info("uevent %s %s: rescanning", action, device.sys_name)
+        counters.UDEV_EVENTS.labels(action).inc()
+        self.rescan_now.set()  # already set during a burst: the burst costs one rescan
+
+    def failed(self, err: BaseException) -> None:
+        # ENOBUFS means the socket overflowed and events were lost: a rescan recovers them.
+        self.rescan_now.set()
+        self.errors += 1
+        self.last_error = err
+        if self.errors == 1:
+            log.debug("reading the udev monitor failed: %s", err)
+        if self.errors >= MAX_CONSECUTIVE_ERRORS:
+            self.broken.set()
+
+
+async def udev_task(daemon: Daemon, open_monitor: MonitorFactory = open_uacce_monitor) -> None:
+    """Root task: set ``daemon.rescan_now`` on every uacce uevent. Never raises for missing udev."""
+    loop = asyncio.get_running_loop()
+    try:
+        monitor = open_monitor()
+        fd = monitor.fileno()
+        drainer = _Drainer(monitor, daemon.rescan_now)
+        loop.add_reader(fd, drainer)
+    except Exception as err:  # udev is optional: any failure to set it up means "no hotplug"
+        _fall_back(daemon, f"cannot open a udev monitor ({err})")
+        await _idle()
+        return
+    log.info("watching udev for %s hotplug (netlink fd %d)", SUBSYSTEM, fd)
+    try:
+        await drainer.broken.wait()
+    finally:
+        loop.remove_reader(fd)
+    _fall_back(daemon, f"the udev monitor keeps failing ({drainer.last_error})")
+    await _idle()
+
+
+def _fall_back(daemon: Daemon, why: str) -> None:
+    log.warning(
+        "%s: hotplug falls back to the periodic rescan every %g s",
+        why,
+        daemon.settings.scan_interval,
+    )
+
+
+async def _idle() -> None:
+    # A root task that returns would look finished to the supervisor; this one just has no work.
+    await asyncio.Event().wait()

@@ -1,0 +1,48 @@
+"""Process-level start-up of `serve`: the event loop, the optional root tasks, the exit code."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from kae_deviceplugin import __version__
+from kae_deviceplugin.config.reload import ConfigSource
+from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.daemon.hotplug import udev_task
+from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.errors import KaeDevicePluginError
+from kae_deviceplugin.observability import http, nfd
+
+log = logging.getLogger(__name__)
+
+RootTask = Callable[[Daemon], Coroutine[Any, Any, None]]
+
+
+def optional_tasks(settings: Settings) -> list[RootTask]:
+    """Root tasks beside the scan and kubelet loops; each survives every outside failure."""
+    tasks: list[RootTask] = [udev_task]
+    if settings.metrics_address:
+        tasks.append(http.metrics_task)  # also keeps the pod-resources answer fresh
+    if settings.nfd_features_file is not None:
+        tasks.append(nfd.nfd_task)
+    return tasks
+
+
+def build_daemon(settings: Settings, source: ConfigSource | None = None) -> Daemon:
+    return Daemon(settings, source, extra_tasks=optional_tasks(settings))
+
+
+def run_serve(settings: Settings, source: ConfigSource | None = None) -> int:
+    log.info(
+        "kae-deviceplugin %s starting: sysfs %s, device-plugin dir %s",
+        __version__,
+        settings.sysfs_root,
+        settings.effective_device_plugin_dir,
+    )
+    try:
+        return asyncio.run(build_daemon(settings, source).run())
+    except KaeDevicePluginError as err:
+        log.critical("cannot run: %s", err)
+        return 1

@@ -1,0 +1,333 @@
+"""Discovery: ``scan(sysfs_root, dev_root) -> Inventory``, tolerant of every kernel layout.
+
+Rules for input it cannot make sense of (documented in the README, pinned by tests):
+
+* no ``class/uacce`` directory: no KAE on this node, an empty inventory;
+* an entry whose name is not ``<kae driver>-<id>``: another uacce driver, ignored (debug log);
+* a KAE entry that does not resolve to a directory inside the sysfs root (dangling link, link
+  loop, stray regular file), or whose PCI function cannot be named: skipped, with a warning naming
+  the path, because there is no stable ID to report it under;
+* a second entry on a PCI function already seen: skipped with a warning (the PCI address is the
+  key);
+* anything else odd about a device that could be named (unreadable or garbage attributes, missing
+  ``/dev`` node, unbound driver, broken ``device`` link): reported, Unhealthy with reasons.
+
+The device node is only ever stat()ed: opening it would take a hardware queue.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from kae_deviceplugin.core.engines import Engine, engine_for_uacce_name
+from kae_deviceplugin.core.health import HealthFacts, judge
+from kae_deviceplugin.core.model import Function, Health, Inventory, UacceDevice
+
+log = logging.getLogger(__name__)
+
+PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+MAX_ATTR_BYTES = 65536
+# The attributes that change while a device exists; the rest of a device's files are fixed when the
+# kernel creates it. Order: as VolatileReadings holds them.
+VOLATILE_ATTRIBUTES = ("isolate", "dev_state", "available_instances")
+
+
+class _Unreadable:
+    """Marks an attribute file that exists but could not be read or decoded."""
+
+
+UNREADABLE = _Unreadable()
+Reading = str | _Unreadable | None  # None: the file does not exist
+
+
+def read_attribute(path: str) -> Reading:
+    """Read a sysfs attribute as stripped text without ever raising."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    except OSError:
+        return UNREADABLE
+    try:
+        data = os.read(fd, MAX_ATTR_BYTES)
+    except OSError:
+        return UNREADABLE
+    finally:
+        os.close(fd)
+    return decode_attribute(data)
+
+
+def decode_attribute(data: bytes) -> Reading:
+    """An attribute's bytes as stripped text, UNREADABLE when they are not ASCII."""
+    try:
+        return data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return UNREADABLE
+
+
+def parse_int(reading: Reading) -> int | None:
+    """An integer attribute (decimal, or 0x-prefixed hex as PCI attributes are), else None."""
+    if not isinstance(reading, str) or not reading:
+        return None
+    try:
+        return int(reading, 0) if reading.lower().startswith(("0x", "-0x")) else int(reading, 10)
+    except ValueError:
+        return None
+
+
+def _text(reading: Reading) -> str | None:
+    return reading if isinstance(reading, str) and reading else None
+
+
+_MAX_LINK_HOPS = 8
+
+
+def _resolve_dir(path: str) -> str | None:
+    """The directory ``path`` leads to, or None for a dangling link, a loop or a non-directory.
+
+    sysfs links point straight at real directories under /sys/devices, so following the link
+    chain lexically is exact there and several times cheaper than realpath's per-component
+    lstat; realpath remains the fallback for trees that put links in the middle of a path.
+    """
+    current = path
+    for _ in range(_MAX_LINK_HOPS):
+        try:
+            target = os.readlink(current)
+        except OSError as err:
+            if err.errno != errno.EINVAL:  # EINVAL: not a link, the walk is over
+                return None
+            break
+        current = os.path.normpath(f"{os.path.dirname(current)}/{target}")
+    else:
+        return None  # a loop, or a chain no kernel makes
+    if os.path.isdir(current) and not os.path.islink(current):
+        return current
+    try:
+        real = os.path.realpath(path, strict=True)
+    except OSError:
+        return None
+    return real if os.path.isdir(real) else None
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+VolatileReadings = tuple[Reading, Reading, Reading]  # as VOLATILE_ATTRIBUTES names them
+
+
+class Volatile(NamedTuple):
+    """The fields of a UacceDevice that follow what changes while the device exists."""
+
+    available_instances: int | None
+    isolate: int | None
+    dev_state: int | None
+    dev_node_exists: bool
+    health: Health
+    reasons: tuple[str, ...]
+
+
+def volatile_fields(
+    readings: VolatileReadings, *, dev_node_exists: bool, driver_bound: bool, device_link_ok: bool
+) -> Volatile:
+    """Parse the volatile readings and judge health: the one place both scanners do it."""
+    isolate, dev_state, available_reading = readings
+    available = parse_int(available_reading)
+    health, reasons = judge(
+        HealthFacts(
+            isolate=parse_int(isolate),
+            isolate_present=isolate is not None,
+            dev_state=parse_int(dev_state),
+            dev_state_present=dev_state is not None,
+            dev_node_exists=dev_node_exists,
+            available_instances=available if available is not None and available >= 0 else None,
+            driver_bound=driver_bound,
+            device_link_ok=device_link_ok,
+        )
+    )
+    return Volatile(
+        available, parse_int(isolate), parse_int(dev_state), dev_node_exists, health, reasons
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRead:
+    """A device as one full read saw it, plus what re-reading only its volatile signals needs."""
+
+    device: UacceDevice
+    attribute_dir: str  # where the attribute files are: the device directory or its attrs/
+    readings: VolatileReadings
+    driver_bound: bool
+    device_link_ok: bool
+
+
+class _Scanner:
+    """One pass over ``class/uacce``; the object only exists to share the roots and the warnings."""
+
+    def __init__(self, sysfs_root: Path, dev_root: Path) -> None:
+        self.sysfs_root = str(sysfs_root.resolve())
+        self.dev_root = str(dev_root)
+        self.class_dir = f"{self.sysfs_root}/class/uacce"
+        self.warnings: list[str] = []
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+        log.warning("%s", message)
+
+    def entries(self) -> list[str] | Inventory:
+        """The sorted names in ``class/uacce``, or the whole answer when it cannot be listed."""
+        try:
+            return sorted(os.listdir(self.class_dir))
+        except FileNotFoundError:
+            log.debug("%s does not exist: no UACCE devices on this node", self.class_dir)
+            return Inventory()
+        except OSError as err:
+            self.warn(f"cannot list {self.class_dir}: {err.strerror}")
+            return Inventory(warnings=tuple(self.warnings))
+
+    def scan(self) -> Inventory:
+        names = self.entries()
+        if isinstance(names, Inventory):
+            return names
+        devices: dict[str, UacceDevice] = {}
+        for name in names:
+            engine = engine_for_uacce_name(name)
+            if engine is None:
+                log.debug("ignoring %s: not a KAE engine's uacce device", name)
+                continue
+            found = self.read_device(name, engine)
+            if found is not None:
+                self.admit(devices, name, found.device)
+        return self.inventory(devices)
+
+    def admit(self, devices: dict[str, UacceDevice], name: str, device: UacceDevice) -> None:
+        """Add ``device`` unless its PCI function is already taken (the PCI address is the key)."""
+        first = devices.get(device.pci_address)
+        if first is not None:
+            self.warn(
+                f"skipping {self.class_dir}/{name}: PCI function {device.pci_address} "
+                f"already reported as {first.name}"
+            )
+            return
+        devices[device.pci_address] = device
+
+    def inventory(self, devices: dict[str, UacceDevice]) -> Inventory:
+        ordered = sorted(devices.values(), key=lambda d: (d.engine, d.pci_address))
+        return Inventory(devices=tuple(ordered), warnings=tuple(self.warnings))
+
+    def read_device(self, name: str, engine: Engine) -> DeviceRead | None:
+        """Everything about one ``class/uacce`` entry; None (with a warning) when it is skipped."""
+        entry = f"{self.class_dir}/{name}"
+        uacce_dir = _resolve_dir(entry)
+        if uacce_dir is None or not _inside(uacce_dir, self.sysfs_root):
+            self.warn(f"skipping {entry}: does not resolve to a device directory under the root")
+            return None
+        pci_dir, link_ok = self.pci_function(uacce_dir)
+        if pci_dir is None:
+            self.warn(f"skipping {entry}: cannot tell which PCI function it belongs to")
+            return None
+        pci_address = os.path.basename(pci_dir)
+        attrs = _AttributeReader(uacce_dir)
+        readings: VolatileReadings = (
+            attrs("isolate"),
+            attrs("dev_state"),
+            attrs("available_instances"),
+        )
+        dev_node_exists = os.path.exists(f"{self.dev_root}/{name}")
+        function, parent_pf = self.function_of(pci_dir, engine)
+        driver_bound = os.path.isdir(f"{pci_dir}/driver")
+        volatile = volatile_fields(
+            readings,
+            dev_node_exists=dev_node_exists,
+            driver_bound=driver_bound,
+            device_link_ok=link_ok,
+        )
+        algorithms = attrs("algorithms")
+        device = UacceDevice(
+            name=name,
+            engine=engine.name,
+            resource=engine.resource,
+            pci_address=pci_address,
+            function=function,
+            parent_pf=parent_pf,
+            numa_node=self.numa_node(attrs("node_id"), pci_dir),
+            api=_text(attrs("api")),
+            flags=parse_int(attrs("flags")),
+            algorithms=tuple(algorithms.split()) if isinstance(algorithms, str) else (),
+            available_instances=volatile.available_instances,
+            isolate=volatile.isolate,
+            dev_state=volatile.dev_state,
+            dev_node=f"/dev/{name}",
+            dev_node_exists=volatile.dev_node_exists,
+            sysfs_path=uacce_dir,
+            pci_path=pci_dir,
+            health=volatile.health,
+            reasons=volatile.reasons,
+        )
+        return DeviceRead(device, attrs.base, readings, driver_bound, link_ok)
+
+    def pci_function(self, uacce_dir: str) -> tuple[str | None, bool]:
+        """The PCI function directory, and whether the ``device`` link led there.
+
+        The kernel places the class device at ``<pci function>/uacce/<name>``, so when the
+        ``device`` link is broken the path itself still names the function.
+        """
+        linked = _resolve_dir(f"{uacce_dir}/device")
+        if linked is not None and PCI_ADDRESS.match(os.path.basename(linked)):
+            return linked, True
+        parent = os.path.dirname(uacce_dir)
+        if os.path.basename(parent) == "uacce":
+            by_path = os.path.dirname(parent)
+            if PCI_ADDRESS.match(os.path.basename(by_path)):
+                return by_path, False
+        return None, False
+
+    @staticmethod
+    def function_of(pci_dir: str, engine: Engine) -> tuple[Function, str | None]:
+        physfn = f"{pci_dir}/physfn"
+        if os.path.islink(physfn):
+            try:
+                target = os.path.basename(os.readlink(physfn).rstrip("/"))
+            except OSError:
+                target = ""
+            return Function.VF, target if PCI_ADDRESS.match(target) else None
+        device_id = _text(read_attribute(f"{pci_dir}/device"))
+        if device_id is not None and device_id.lower() == engine.vf_device_id:
+            return Function.VF, None
+        return Function.PF, None
+
+    @staticmethod
+    def numa_node(node_id: Reading, pci_dir: str) -> int | None:
+        value = parse_int(node_id)
+        if value is None:
+            value = parse_int(read_attribute(f"{pci_dir}/numa_node"))
+        return value if value is not None and value >= 0 else None
+
+
+class _AttributeReader:
+    """Reads a class device's attributes, whichever layout the kernel used.
+
+    openEuler 4.19 / KAE 1.x kernels put every attribute under ``attrs/``; everything newer puts
+    them directly in the device directory.
+    """
+
+    def __init__(self, uacce_dir: str) -> None:
+        attrs_dir = f"{uacce_dir}/attrs"
+        flat = os.path.exists(f"{uacce_dir}/api") or not os.path.isdir(attrs_dir)
+        self.base = uacce_dir if flat else attrs_dir
+
+    def __call__(self, attribute: str) -> Reading:
+        return read_attribute(f"{self.base}/{attribute}")
+
+
+def scan(sysfs_root: Path, dev_root: Path) -> Inventory:
+    """Discover every KAE UACCE device under ``sysfs_root``; never raises on odd input."""
+    return _Scanner(sysfs_root, dev_root).scan()

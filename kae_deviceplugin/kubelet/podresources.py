@@ -1,0 +1,178 @@
+"""Who holds which KAE device, from the kubelet pod-resources API (`v1.PodResourcesLister/List`).
+
+The device plugin API never says which pod got a device (Allocate names device IDs only, and
+nothing reports a release), so the kubelet's own record is the one source of truth. It is read
+every few seconds into an :class:`AllocationsHolder`; metrics and ``/allocations`` read the
+holder. A missing or failing socket leaves the holder "unknown" (None) and is logged once per
+change of state: the endpoint may be disabled (``KubeletPodResources`` off) or the kubelet
+restarting, neither of which is the plugin's fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+import grpc
+
+from kae_deviceplugin._generated.podresources.v1 import api_pb2, api_pb2_grpc
+from kae_deviceplugin.core.engines import ENGINES_BY_RESOURCE
+
+log = logging.getLogger(__name__)
+
+LIST_TIMEOUT = 2.0  # a local unix socket: anything slower is a kubelet in trouble
+REFRESH_INTERVAL = 5.0
+OUR_RESOURCES: frozenset[str] = frozenset(ENGINES_BY_RESOURCE)
+# List returns every pod of the node; allow more than gRPC's 4 MiB default for crowded nodes.
+_MAX_MESSAGE = 32 * 1024 * 1024
+
+
+# The JSON keys are a stable interface: add keys, never rename or remove them.
+RECORD_KEYS = ("resource", "device_id", "namespace", "pod", "container")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Allocation:
+    """One device ID of one resource held by one container."""
+
+    resource: str
+    device_id: str
+    namespace: str
+    pod: str
+    container: str
+
+    @property
+    def holder(self) -> tuple[str, str, str]:
+        return (self.namespace, self.pod, self.container)
+
+    def as_record(self) -> dict[str, str]:
+        """The JSON form served on /allocations and printed by ``list --allocations``."""
+        return {name: getattr(self, name) for name in RECORD_KEYS}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, object]) -> Allocation:
+        """Inverse of as_record; ValueError on a missing or non-string field."""
+        values = [record.get(name) for name in RECORD_KEYS]
+        if not all(isinstance(value, str) for value in values):
+            raise ValueError(f"not an allocation record: {record!r}")
+        return cls(*(str(value) for value in values))
+
+
+def _index(rows: tuple[Allocation, ...]) -> Mapping[str, tuple[tuple[str, str, str], ...]]:
+    by_id: dict[str, list[tuple[str, str, str]]] = {}
+    for row in rows:
+        by_id.setdefault(row.device_id, []).append(row.holder)
+    return MappingProxyType({key: tuple(holders) for key, holders in by_id.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class Allocations:
+    """Every allocation of our resources at one moment, sorted, with an index by device ID.
+
+    One ID may have several holders: the kubelet hands an init container's devices on to the
+    app containers of the same pod, and reports both.
+    """
+
+    rows: tuple[Allocation, ...] = ()
+    by_id: Mapping[str, tuple[tuple[str, str, str], ...]] = field(
+        init=False, compare=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        rows = tuple(sorted(set(self.rows)))
+        object.__setattr__(self, "rows", rows)
+        object.__setattr__(self, "by_id", _index(rows))
+
+
+def allocations_from(
+    response: api_pb2.ListPodResourcesResponse, resources: Collection[str] = OUR_RESOURCES
+) -> Allocations:
+    """The allocations of ``resources`` in a List answer; other resources are ignored."""
+    rows = [
+        Allocation(devices.resource_name, device_id, pod.namespace, pod.name, container.name)
+        for pod in response.pod_resources
+        for container in pod.containers
+        for devices in container.devices
+        if devices.resource_name in resources
+        for device_id in devices.device_ids
+    ]
+    return Allocations(tuple(rows))
+
+
+class PodResourcesUnavailable(Exception):
+    """The pod-resources API could not be asked; ``kind`` is stable, the message is for people."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+async def list_allocations(
+    socket: Path, resources: Collection[str] = OUR_RESOURCES, timeout: float = LIST_TIMEOUT
+) -> Allocations:
+    """Ask the kubelet once; raise PodResourcesUnavailable on any failure."""
+    if not socket.exists():
+        # Dialling a missing socket would only say "UNAVAILABLE"; this says why.
+        raise PodResourcesUnavailable("absent", f"{socket} does not exist")
+    options = [("grpc.max_receive_message_length", _MAX_MESSAGE)]
+    try:
+        async with grpc.aio.insecure_channel(f"unix://{socket}", options=options) as channel:
+            stub = api_pb2_grpc.PodResourcesListerStub(channel)
+            response = await stub.List(api_pb2.ListPodResourcesRequest(), timeout=timeout)
+    except grpc.aio.AioRpcError as err:
+        code = err.code()
+        raise PodResourcesUnavailable(code.name, f"{socket}: {code.name}: {err.details()}") from err
+    return allocations_from(response, resources)
+
+
+class AllocationsHolder:
+    """The latest answer: ``current`` is None while unknown; ``problem`` says why."""
+
+    def __init__(self) -> None:
+        self.current: Allocations | None = None
+        self.problem: str | None = "not asked yet"
+
+
+class _StateLog:
+    """Log a failure once when it starts or changes kind, and once when it clears."""
+
+    def __init__(self, socket: Path) -> None:
+        self.socket = socket
+        self.kind: str | None = None
+
+    def failed(self, err: PodResourcesUnavailable) -> None:
+        if err.kind != self.kind:
+            log.warning(
+                "pod-resources API unavailable (%s); kae_device_allocated and /allocations "
+                "have no pod names until it answers",
+                err,
+            )
+        self.kind = err.kind
+
+    def answered(self) -> None:
+        if self.kind is not None:
+            log.info("pod-resources API at %s answers again", self.socket)
+        self.kind = None
+
+
+async def refresh_forever(
+    socket: Path, holder: AllocationsHolder, interval: float = REFRESH_INTERVAL
+) -> None:
+    """Keep ``holder`` current; never raises (a root task must not take the daemon down)."""
+    states = _StateLog(socket)
+    while True:
+        try:
+            holder.current = await list_allocations(socket)
+            holder.problem = None
+            states.answered()
+        except PodResourcesUnavailable as err:
+            holder.current, holder.problem = None, str(err)
+            states.failed(err)
+        except Exception as err:  # anything else from gRPC must not end the daemon either
+            holder.current, holder.problem = None, f"{type(err).__name__}: {err}"
+            states.failed(PodResourcesUnavailable(type(err).__name__, holder.problem))
+        await asyncio.sleep(interval)

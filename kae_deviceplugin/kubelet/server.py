@@ -1,0 +1,246 @@
+"""One resource's DevicePlugin gRPC server on its own unix socket, fed by a broadcast value."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from kae_deviceplugin import counters
+from kae_deviceplugin.api import list_and_watch_response, pb, pb_grpc
+from kae_deviceplugin.container.allocate import (
+    AllocationError,
+    ContainerOptions,
+    container_response,
+    resolve_request,
+)
+from kae_deviceplugin.core import placement
+from kae_deviceplugin.core.broadcast import LatestValue
+from kae_deviceplugin.core.engines import ENGINES_BY_RESOURCE
+from kae_deviceplugin.core.views import ResourceView
+from kae_deviceplugin.errors import SocketVanished
+from kae_deviceplugin.kubelet.sockets import prepare_socket_path
+
+log = logging.getLogger(__name__)
+
+
+def socket_name(resource: str) -> str:
+    """A stable, self-explaining socket file name: openfuyao.com/kae.hpre -> kae-hpre.sock."""
+    return f"kae-{ENGINES_BY_RESOURCE[resource].name}.sock"
+
+
+@dataclass(frozen=True, slots=True)
+class ServingPolicy:
+    """Settings the servicer reads on each call (replaced wholesale on config reload)."""
+
+    container: ContainerOptions
+    allocation_policy: str = placement.DEFAULT_POLICY
+
+
+class DevicePluginServicer(pb_grpc.DevicePluginServicer):
+    """Answers the kubelet from the current snapshot only; never touches sysfs on a call."""
+
+    def __init__(
+        self,
+        resource: str,
+        latest: LatestValue[ResourceView],
+        policy: Callable[[], ServingPolicy],
+        on_stream_lost: Callable[[str], None],
+    ) -> None:
+        self.resource = resource
+        self.engine = ENGINES_BY_RESOURCE[resource]
+        self.latest = latest
+        self.policy = policy
+        self.on_stream_lost = on_stream_lost
+        self.stopping = False
+        self.streams = 0
+        self._candidates: tuple[ResourceView | None, dict[str, placement.Candidate]] = (None, {})
+        self._message: tuple[ResourceView | None, pb.ListAndWatchResponse | None] = (None, None)
+
+    def message(self, view: ResourceView) -> pb.ListAndWatchResponse:
+        """The ListAndWatch message of a view, built once however many streams send it."""
+        cached_view, cached = self._message
+        if cached_view is not view or cached is None:
+            cached = list_and_watch_response(view.kubelet_view)
+            self._message = (view, cached)
+        return cached
+
+    def candidates(self, view: ResourceView) -> dict[str, placement.Candidate]:
+        """Candidates of the current view, built once per view rather than once per call."""
+        cached_view, cached = self._candidates
+        if cached_view is not view:
+            cached = {
+                a.id: placement.Candidate(
+                    device_id=a.id,
+                    pci_address=a.device.pci_address,
+                    pf_address=a.device.pf_address,
+                    numa_node=a.device.numa_node,
+                    share=a.share,
+                    healthy=a.device.healthy,
+                )
+                for a in view.devices
+            }
+            self._candidates = (view, cached)
+        return cached
+
+    async def GetDevicePluginOptions(
+        self, request: pb.Empty, context: grpc.aio.ServicerContext[pb.Empty, pb.DevicePluginOptions]
+    ) -> pb.DevicePluginOptions:
+        return pb.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=True
+        )
+
+    async def ListAndWatch(
+        self,
+        request: pb.Empty,
+        context: grpc.aio.ServicerContext[pb.Empty, pb.ListAndWatchResponse],
+    ) -> AsyncIterator[pb.ListAndWatchResponse]:
+        self.streams += 1
+        log.debug("%s: ListAndWatch stream opened", self.resource)
+        last_sent: object = None
+        try:
+            async for _version, view in self.latest.updates():
+                kubelet_view = view.kubelet_view
+                if kubelet_view == last_sent:
+                    continue
+                last_sent = kubelet_view
+                yield self.message(view)
+        finally:
+            self.streams -= 1
+            if not self.stopping:
+                # The kubelet never re-dials a stream; only a new Register brings it back.
+                log.warning("%s: the kubelet closed its ListAndWatch stream", self.resource)
+                self.on_stream_lost(self.resource)
+
+    async def GetPreferredAllocation(
+        self,
+        request: pb.PreferredAllocationRequest,
+        context: grpc.aio.ServicerContext[
+            pb.PreferredAllocationRequest, pb.PreferredAllocationResponse
+        ],
+    ) -> pb.PreferredAllocationResponse:
+        with counters.timed("GetPreferredAllocation"):
+            view = self.latest.value
+            candidates = self.candidates(view)
+            policy = self.policy().allocation_policy
+            response = pb.PreferredAllocationResponse()
+            for req in request.container_requests:
+                chosen = placement.preferred_allocation(
+                    candidates,
+                    available=list(req.available_deviceIDs),
+                    must_include=list(req.must_include_deviceIDs),
+                    size=req.allocation_size,
+                    policy=policy,
+                )
+                response.container_responses.append(
+                    pb.ContainerPreferredAllocationResponse(deviceIDs=chosen)
+                )
+            return response
+
+    async def Allocate(
+        self,
+        request: pb.AllocateRequest,
+        context: grpc.aio.ServicerContext[pb.AllocateRequest, pb.AllocateResponse],
+    ) -> pb.AllocateResponse:
+        with counters.timed("Allocate"):
+            view = self.latest.value
+            options = self.policy().container
+            response = pb.AllocateResponse()
+            try:
+                if not request.container_requests:
+                    raise AllocationError(
+                        "INVALID_ARGUMENT", f"{self.resource}: no container requests"
+                    )
+                for req in request.container_requests:
+                    devices = resolve_request(view, list(req.devices_ids))
+                    response.container_responses.append(
+                        container_response(self.engine.name, devices, options)
+                    )
+            except AllocationError as err:
+                counters.allocation_failed(self.resource, err.code)
+                log.warning("Allocate refused: %s", err)
+                await context.abort(getattr(grpc.StatusCode, err.code), str(err))
+            counters.allocated(self.resource)
+            # Per-call lines would drown the log on a busy node; kae_allocations_total counts them
+            # and the pod-resources API says who holds what.
+            if log.isEnabledFor(logging.DEBUG):
+                key = f"{self.engine.env_prefix}_PCI_ADDRESSES"
+                allocated = "; ".join(r.envs[key] for r in response.container_responses)
+                log.debug("%s: allocated %s", self.resource, allocated)
+            return response
+
+    async def PreStartContainer(
+        self,
+        request: pb.PreStartContainerRequest,
+        context: grpc.aio.ServicerContext[
+            pb.PreStartContainerRequest, pb.PreStartContainerResponse
+        ],
+    ) -> pb.PreStartContainerResponse:
+        return pb.PreStartContainerResponse()
+
+
+class ResourceServer:
+    """Owns one gRPC server and its socket; started and stopped by the supervisor only."""
+
+    def __init__(
+        self,
+        resource: str,
+        socket_dir: Path,
+        *,
+        latest: LatestValue[ResourceView],
+        policy: Callable[[], ServingPolicy],
+        on_stream_lost: Callable[[str], None],
+        extra_servicers: Callable[[grpc.aio.Server], None] | None = None,
+    ) -> None:
+        self.resource = resource
+        self.socket_path = socket_dir / socket_name(resource)
+        self.servicer = DevicePluginServicer(resource, latest, policy, on_stream_lost)
+        self.extra_servicers = extra_servicers
+        self._server: grpc.aio.Server | None = None
+        self._identity: tuple[int, int] | None = None
+
+    async def start(self) -> None:
+        prepare_socket_path(self.socket_path)
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
+        if self.extra_servicers is not None:
+            self.extra_servicers(server)
+        # The socket must never exist with looser permissions, not even for a moment.
+        old_umask = os.umask(0o177)
+        try:
+            server.add_insecure_port(f"unix://{self.socket_path}")
+            await server.start()
+        finally:
+            os.umask(old_umask)
+        try:
+            os.chmod(self.socket_path, 0o600)
+            st = os.stat(self.socket_path)
+        except FileNotFoundError as err:
+            await server.stop(None)
+            raise SocketVanished(f"{self.socket_path} was removed as soon as it was bound") from err
+        self._identity = (st.st_dev, st.st_ino)
+        self._server = server
+        log.debug("%s: serving on %s", self.resource, self.socket_path)
+
+    def socket_intact(self) -> bool:
+        """False once someone (a restarting kubelet) removed or replaced our socket file."""
+        try:
+            st = os.lstat(self.socket_path)
+        except OSError:
+            return False
+        return stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == self._identity
+
+    async def stop(self, grace: float = 0.5) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self.servicer.stopping = True
+        await server.stop(grace)
+        if self.socket_intact():
+            self.socket_path.unlink(missing_ok=True)
+        self._identity = None

@@ -1,0 +1,297 @@
+"""The HTTP endpoint on ``--metrics-address``: /metrics, /healthz, /readyz and /allocations.
+
+A stdlib threaded server on a daemon thread keeps scrapes and probes off the event loop, yet
+every answer about the daemon is computed *on* the loop (one short callback, waited for with a
+deadline): reads never race the loop's updates, and a wedged loop fails /healthz instead of
+being reported healthy by a thread that is still fine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import json
+import logging
+import socket
+import socketserver
+import threading
+from collections.abc import Callable, Mapping, Set
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, NamedTuple, Protocol, TypeVar
+from urllib.parse import urlsplit
+
+from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.core.views import ResourceView
+from kae_deviceplugin.kubelet.podresources import (
+    REFRESH_INTERVAL,
+    AllocationsHolder,
+    refresh_forever,
+)
+from kae_deviceplugin.observability.metrics import Snapshot, exposition
+
+log = logging.getLogger(__name__)
+
+# A loop callback takes microseconds; 2 s without one running means the loop is stuck. (Give
+# the DaemonSet's probes timeoutSeconds >= 3 so they see the 503 rather than their own timeout.)
+LOOP_TIMEOUT = 2.0
+BIND_RETRY = 5.0
+REQUEST_TIMEOUT = 10.0  # a client that stalls mid-request loses its thread after this
+SHUTDOWN_POLL = 0.1  # how soon the serving thread notices a shutdown request
+T = TypeVar("T")
+
+
+class Response(NamedTuple):
+    status: int
+    content_type: str
+    body: bytes
+
+
+Route = Callable[[Message], Response]
+TEXT = "text/plain; charset=utf-8"
+
+
+def text(status: int, message: str) -> Response:
+    return Response(status, TEXT, (message + "\n").encode())
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Split ``:9410``, ``0.0.0.0:9410``, ``[::]:9410`` or ``host:9410``; "" host = every one."""
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        raise ValueError(f"{address!r}: expected [HOST]:PORT, such as :9410")
+    if host.startswith("[") and host.endswith("]") and len(host) > 2:
+        host = host[1:-1]
+    elif ":" in host or "[" in host or "]" in host:
+        raise ValueError(f"{address!r}: write an IPv6 address in brackets, such as [::1]:9410")
+    if not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{address!r}: the port must be a number from 0 to 65535")
+    return host, int(port)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: Any, family: socket.AddressFamily):
+        self.address_family = family
+        super().__init__(address, handler)
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
+            # ":9410" means every interface of both families, as on most servers.
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        # Skips HTTPServer.server_bind, which resolves its own FQDN: that can hang without DNS.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
+
+
+def _bind(host: str, port: int, handler: Any) -> _Server:
+    if host == "":
+        if socket.has_dualstack_ipv6():
+            return _Server(("::", port), handler, socket.AF_INET6)
+        host = "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return _Server((host, port), handler, family)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "kae-deviceplugin"
+    timeout = REQUEST_TIMEOUT
+
+    def __init__(self, *args: Any, routes: Mapping[str, Route]) -> None:
+        self.routes = routes  # before super().__init__, which handles the request
+        super().__init__(*args)
+
+    def do_GET(self) -> None:
+        self._answer(body=True)
+
+    def do_HEAD(self) -> None:
+        self._answer(body=False)
+
+    def _answer(self, body: bool) -> None:
+        route = self.routes.get(urlsplit(self.path).path)
+        if route is None:
+            reply = text(404, "not found; try /metrics, /healthz, /readyz or /allocations")
+        else:
+            try:
+                reply = route(self.headers)
+            except Exception:
+                log.exception("answering %s failed", self.path)
+                reply = text(500, "internal error; see the plugin's log")
+        self.send_response(reply.status)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Content-Length", str(len(reply.body)))
+        self.end_headers()
+        if body:
+            self.wfile.write(reply.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class HttpEndpoint:
+    """A route table served by a threaded HTTP server on a daemon thread."""
+
+    def __init__(self, routes: Mapping[str, Route]) -> None:
+        self.routes = routes
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, host: str, port: int) -> None:
+        """Bind (OSError if the address is taken or invalid) and serve in the background."""
+        server = _bind(host, port, functools.partial(_Handler, routes=self.routes))
+        serve = functools.partial(server.serve_forever, poll_interval=SHUTDOWN_POLL)
+        self._thread = threading.Thread(target=serve, name="http", daemon=True)
+        self._server = server
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the endpoint is not bound")
+        return int(self._server.server_address[1])
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+
+class Observed(Protocol):
+    """What the endpoint reads from the daemon (a ``supervisor.Daemon``)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def inventory(self) -> Inventory: ...
+    @property
+    def views(self) -> Mapping[str, ResourceView]: ...
+    @property
+    def registered(self) -> Set[str]: ...
+    def alive(self) -> bool: ...
+    def ready(self) -> bool: ...
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, func: Callable[[], T], timeout: float) -> T:
+    """Run ``func`` on ``loop`` and return its result; TimeoutError if the loop does not."""
+    done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def call() -> None:
+        try:
+            done.set_result(func())
+        except Exception as err:
+            done.set_exception(err)
+
+    loop.call_soon_threadsafe(call)  # RuntimeError once the loop is closed
+    return done.result(timeout)
+
+
+def daemon_routes(
+    daemon: Observed, holder: AllocationsHolder, loop: asyncio.AbstractEventLoop
+) -> dict[str, Route]:
+    """The endpoint's routes over a running daemon whose loop is ``loop``."""
+
+    def probe(check: Callable[[], bool], ok: str, failed: str) -> Route:
+        def route(headers: Message) -> Response:
+            try:
+                passed = on_loop(loop, check, LOOP_TIMEOUT)
+            except (TimeoutError, RuntimeError):
+                return text(503, "event loop not responding")
+            return text(200, ok) if passed else text(503, failed)
+
+        return route
+
+    def snapshot() -> Snapshot:
+        return Snapshot(
+            daemon.inventory, daemon.views, frozenset(daemon.registered), holder.current
+        )
+
+    def metrics(headers: Message) -> Response:
+        try:
+            taken = on_loop(loop, snapshot, LOOP_TIMEOUT)
+        except (TimeoutError, RuntimeError):
+            return text(503, "event loop not responding")
+        body, content_type = exposition(taken, headers.get("Accept", ""))
+        return Response(200, content_type, body)
+
+    def allocations(headers: Message) -> Response:
+        try:
+            current, problem = on_loop(loop, lambda: (holder.current, holder.problem), LOOP_TIMEOUT)
+        except (TimeoutError, RuntimeError):
+            return text(503, "event loop not responding")
+        if current is None:
+            payload: dict[str, object] = {"error": f"pod-resources API unavailable: {problem}"}
+            return Response(503, "application/json", json.dumps(payload).encode())
+        payload = {"allocations": [row.as_record() for row in current.rows]}
+        return Response(200, "application/json", json.dumps(payload, indent=2).encode())
+
+    return {
+        "/metrics": metrics,
+        "/healthz": probe(daemon.alive, "ok", "unhealthy: a daemon loop stopped ticking"),
+        "/readyz": probe(daemon.ready, "ready", "not ready: resources not registered/streaming"),
+        "/allocations": allocations,
+    }
+
+
+class EndpointTask:
+    """The root task serving the endpoint and keeping the pod-resources answer fresh.
+
+    ``bound`` is set (and ``port`` known) once listening, for tests that ask for port 0.
+    """
+
+    def __init__(self, refresh_interval: float = REFRESH_INTERVAL) -> None:
+        self.refresh_interval = refresh_interval
+        self.allocations = AllocationsHolder()
+        self.bound = threading.Event()
+        self.port: int | None = None
+
+    async def run(self, daemon: Observed) -> None:
+        """Serve until cancelled; a bad or busy address is logged, never fatal."""
+        endpoint = HttpEndpoint(daemon_routes(daemon, self.allocations, asyncio.get_running_loop()))
+        socket_path = daemon.settings.effective_pod_resources_socket
+        refresher = asyncio.create_task(
+            refresh_forever(socket_path, self.allocations, self.refresh_interval)
+        )
+        try:
+            await self._listen(endpoint, daemon.settings.metrics_address)
+            await asyncio.Future()  # serve until cancelled
+        finally:
+            refresher.cancel()
+            await asyncio.gather(refresher, return_exceptions=True)
+            await asyncio.to_thread(endpoint.stop)
+
+    async def _listen(self, endpoint: HttpEndpoint, address: str) -> None:
+        try:
+            host, port = parse_address(address)
+        except ValueError as err:
+            log.error("metrics endpoint disabled: %s", err)
+            await asyncio.Future()
+            return
+        last_error = ""
+        while True:
+            try:
+                # On the loop: binding is quick, and a cancellation cannot land half-way.
+                endpoint.start(host, port)
+                break
+            except OSError as err:
+                if str(err) != last_error:
+                    log.error(
+                        "cannot listen on %s (%s); retrying every %gs", address, err, BIND_RETRY
+                    )
+                    last_error = str(err)
+            await asyncio.sleep(BIND_RETRY)
+        self.port = endpoint.port
+        self.bound.set()
+        log.info(
+            "serving /metrics, /healthz, /readyz, /allocations on %s (port %d)", address, self.port
+        )
+
+
+async def metrics_task(daemon: Observed) -> None:
+    """The root task to add to the daemon when ``metrics_address`` is not empty."""
+    await EndpointTask().run(daemon)

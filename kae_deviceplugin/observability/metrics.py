@@ -1,0 +1,158 @@
+"""Per-device metrics, computed at scrape time from one consistent snapshot of the daemon.
+
+Nothing here is updated as events happen: a scrape turns the current inventory, the advertised
+views and the pod-resources answer into gauges, so the numbers can never drift from what the
+daemon actually serves. Label values come from sysfs and the kubelet, never from free text, and
+reasons come from the fixed codes in :mod:`kae_deviceplugin.core.health`, which bounds cardinality.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+from kae_deviceplugin.core.health import ALL_REASONS
+from kae_deviceplugin.core.model import Inventory, UacceDevice
+from kae_deviceplugin.core.views import ResourceView
+from kae_deviceplugin.counters import REGISTRY
+from kae_deviceplugin.kubelet.podresources import Allocations
+
+DEVICE_LABELS = ("engine", "device", "pci_address")
+HOLDER_LABELS = ("namespace", "pod", "container")
+NO_HOLDER = ("", "", "")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What one scrape reports; ``allocations`` is None while the pod-resources API is unknown."""
+
+    inventory: Inventory
+    views: Mapping[str, ResourceView]
+    registered: frozenset[str]
+    allocations: Allocations | None
+
+
+def _ids(device: UacceDevice) -> list[str]:
+    return [device.engine, device.name, device.pci_address]
+
+
+def _shown(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def inventory_families(inventory: Inventory) -> list[Metric]:
+    """What the node has: identity, health with its reasons, free queues."""
+    info = GaugeMetricFamily(
+        "kae_device_info",
+        "A KAE device of this node (always 1); its attributes are the labels.",
+        labels=[*DEVICE_LABELS, "function", "numa_node", "api", "algorithms"],
+    )
+    healthy = GaugeMetricFamily(
+        "kae_device_healthy", "1 if the device is Healthy, else 0.", labels=list(DEVICE_LABELS)
+    )
+    reasons = GaugeMetricFamily(
+        "kae_device_unhealthy_reason",
+        "1 for each reason the device is Unhealthy, 0 for the others (fixed set of codes).",
+        labels=[*DEVICE_LABELS, "reason"],
+    )
+    queues = GaugeMetricFamily(
+        "kae_device_available_queues",
+        "Free hardware queues (available_instances); absent while unreadable.",
+        labels=list(DEVICE_LABELS),
+    )
+    for device in inventory:
+        ids = _ids(device)
+        info.add_metric(
+            [
+                *ids,
+                device.function.value,
+                _shown(device.numa_node),
+                _shown(device.api),
+                ",".join(device.algorithms),
+            ],
+            1,
+        )
+        healthy.add_metric(ids, 1 if device.healthy else 0)
+        for reason in ALL_REASONS:
+            reasons.add_metric([*ids, reason], 1 if reason in device.reasons else 0)
+        if device.available_instances is not None:
+            queues.add_metric(ids, device.available_instances)
+    return [info, healthy, reasons, queues]
+
+
+def allocated_family(
+    views: Mapping[str, ResourceView], allocations: Allocations
+) -> GaugeMetricFamily:
+    """Per served device and holder: how many of its device IDs (shares) that container holds.
+
+    A device nobody holds still shows, once, with empty holder labels and value 0, so "free
+    devices" is a query rather than an absence.
+    """
+    family = GaugeMetricFamily(
+        "kae_device_allocated",
+        "Device IDs (shares) of the device allocated to the container in the labels.",
+        labels=[*DEVICE_LABELS, *HOLDER_LABELS],
+    )
+    for view in views.values():
+        shares: dict[str, Counter[tuple[str, str, str]]] = {}
+        devices: dict[str, UacceDevice] = {}
+        for advertised in view.devices:
+            pci = advertised.device.pci_address
+            devices.setdefault(pci, advertised.device)
+            held = shares.setdefault(pci, Counter())
+            held.update(allocations.by_id.get(advertised.id, ()))
+        for pci, held in shares.items():
+            ids = _ids(devices[pci])
+            if not held:
+                family.add_metric([*ids, *NO_HOLDER], 0)
+            for holder, count in sorted(held.items()):
+                family.add_metric([*ids, *holder], count)
+    return family
+
+
+def daemon_families(snapshot: Snapshot) -> list[Metric]:
+    """The plugin's own state: registration per served resource, pod-resources reachability."""
+    registered = GaugeMetricFamily(
+        "kae_resource_registered",
+        "1 if the resource is registered with the kubelet, else 0 (enabled resources only).",
+        labels=["resource"],
+    )
+    for resource in sorted(snapshot.views):
+        registered.add_metric([resource], 1 if resource in snapshot.registered else 0)
+    up = GaugeMetricFamily(
+        "kae_pod_resources_up",
+        "1 if the kubelet pod-resources API answered the last query, else 0.",
+        value=0 if snapshot.allocations is None else 1,
+    )
+    return [registered, up]
+
+
+def device_families(snapshot: Snapshot) -> list[Metric]:
+    families = [*inventory_families(snapshot.inventory), *daemon_families(snapshot)]
+    if snapshot.allocations is not None:  # unknown holders: no series rather than a wrong 0
+        families.append(allocated_family(snapshot.views, snapshot.allocations))
+    return families
+
+
+class SnapshotCollector:
+    """The daemon's counters and histograms followed by the device gauges of one snapshot."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        return self._collect()
+
+    def _collect(self) -> Iterator[Metric]:
+        yield from REGISTRY.collect()
+        yield from device_families(self.snapshot)
+
+
+def exposition(snapshot: Snapshot, accept: str = "") -> tuple[bytes, str]:
+    """The body and content type of a scrape, in the format the scraper's Accept header asks."""
+    encoder, content_type = choose_encoder(accept)
+    return encoder(SnapshotCollector(snapshot)), content_type

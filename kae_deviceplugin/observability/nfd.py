@@ -1,0 +1,213 @@
+"""Capability labels through Node Feature Discovery: a "local" feature file NFD turns into labels.
+
+nfd-worker reads every file in ``/etc/kubernetes/node-feature-discovery/features.d/`` (files
+whose name starts with a dot are skipped, at most 64 KiB each). Each line is ``<key>[=<value>]``
+(value ``true`` when left out); a line starting with ``#`` is a comment, except for directives
+``# +<name>=<value>``, of which ``# +expiry-time=<RFC 3339 time>`` drops the lines after it once
+the time has passed. NFD documents unprefixed keys as deprecated (auto-prefixed for now), so
+every key here carries the ``feature.node.kubernetes.io/`` prefix itself.
+
+What this module writes (only engines with at least one device appear)::
+
+    # +expiry-time=2030-01-02T03:04:05Z
+    feature.node.kubernetes.io/kae.present=true
+    feature.node.kubernetes.io/kae-hpre.present=true
+    feature.node.kubernetes.io/kae-hpre.api=hisi_qm_v2
+    feature.node.kubernetes.io/kae-hpre.algorithms=rsa_dh
+    feature.node.kubernetes.io/kae-hpre.algorithm.rsa=true
+    feature.node.kubernetes.io/kae-hpre.algorithm.dh=true
+    feature.node.kubernetes.io/kae-hpre.pfs=2
+    feature.node.kubernetes.io/kae-hpre.vfs=4
+
+``algorithms`` joins the names in kernel order with ``_`` and is left out when that would not
+be a valid label value (over 63 characters); ``algorithm.<name>`` is the exact, always-present
+form for rules (``Exists``). ``api`` joins distinct values with ``.`` if devices disagree.
+Labels describe hardware, so unhealthy devices count. The expiry (an hour ahead, renewed at
+half-life) makes the labels vanish after the plugin is removed from a node instead of lying on.
+
+The file is replaced atomically (a dot file in the same directory, then rename, as NFD asks)
+and only when the labels change or the expiry needs renewing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Protocol
+
+from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.core.engines import ENGINES
+from kae_deviceplugin.core.model import Function, Inventory
+
+log = logging.getLogger(__name__)
+
+LABEL_PREFIX = "feature.node.kubernetes.io/"
+RECHECK_SECONDS = 60.0  # how often an unchanged inventory's file is looked at
+FEATURE_TTL = timedelta(hours=1)
+EXPIRY_DIRECTIVE = "# +expiry-time="
+MAX_LABEL_LENGTH = 63
+_VALID = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_INVALID_CHARS = re.compile(r"[^-A-Za-z0-9_.]+")
+
+
+def valid_label_part(text: str) -> bool:
+    """A label name (after the prefix) or a non-empty label value, as Kubernetes accepts them."""
+    return len(text) <= MAX_LABEL_LENGTH and _VALID.fullmatch(text) is not None
+
+
+def _label_safe(name: str) -> str:
+    return _INVALID_CHARS.sub("-", name).strip("-_.")
+
+
+def _distinct(values: list[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def feature_labels(inventory: Inventory) -> dict[str, str]:
+    """The node labels (full keys) that describe the KAE hardware in ``inventory``."""
+    labels: dict[str, str] = {}
+    if inventory.devices:
+        labels["kae.present"] = "true"
+    for engine in ENGINES:
+        devices = [d for d in inventory if d.engine == engine.name]
+        if not devices:
+            continue
+        name = f"kae-{engine.name}"
+        labels[f"{name}.present"] = "true"
+        api = ".".join(_distinct([d.api for d in devices if d.api]))
+        if valid_label_part(api):
+            labels[f"{name}.api"] = api
+        algorithms = _distinct([a for d in devices for a in d.algorithms])
+        joined = "_".join(_label_safe(a) for a in algorithms)
+        if valid_label_part(joined):
+            labels[f"{name}.algorithms"] = joined
+        for algorithm in algorithms:
+            key = f"{name}.algorithm.{_label_safe(algorithm)}"
+            if valid_label_part(key):
+                labels[key] = "true"
+        labels[f"{name}.pfs"] = str(sum(d.function is Function.PF for d in devices))
+        labels[f"{name}.vfs"] = str(sum(d.function is Function.VF for d in devices))
+    return {LABEL_PREFIX + key: value for key, value in labels.items()}
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def render(labels: Mapping[str, str], expires: datetime | None) -> str:
+    lines = ["# Written by kae-deviceplugin: replaced whenever the KAE hardware changes."]
+    if expires is not None:
+        lines.append(EXPIRY_DIRECTIVE + _rfc3339(expires))
+    lines += [f"{key}={value}" for key, value in labels.items()]
+    return "\n".join(lines) + "\n"
+
+
+def parse(text: str) -> tuple[dict[str, str], datetime | None]:
+    """The labels and expiry of a file this module wrote (other comments are skipped)."""
+    labels: dict[str, str] = {}
+    expires = None
+    for line in text.splitlines():
+        if line.startswith(EXPIRY_DIRECTIVE):
+            try:
+                expires = datetime.fromisoformat(line.removeprefix(EXPIRY_DIRECTIVE).strip())
+            except ValueError:
+                expires = None
+        elif line and not line.startswith("#"):
+            key, equals, value = line.partition("=")
+            labels[key] = value if equals else "true"  # NFD's reading of a bare key
+    return labels, expires
+
+
+def replace_file(path: Path, content: str) -> None:
+    """Write ``content`` to ``path`` atomically: readers see the old file or the new, whole."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(content)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temp, 0o644)  # mkstemp makes it 0600; nfd-worker need not run as our user
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class FeatureFile:
+    """The feature file at ``path``, rewritten only when its labels or expiry need it."""
+
+    path: Path
+    ttl: timedelta | None = FEATURE_TTL
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+    def update(self, labels: Mapping[str, str]) -> bool:
+        """Bring the file in line with ``labels``; True if it was written. Raises OSError."""
+        now = self.clock()
+        try:
+            current, expires = parse(self.path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            current, expires = None, None
+        if current == dict(labels) and not self._renew_due(expires, now):
+            return False
+        new_expiry = None if self.ttl is None else now + self.ttl
+        replace_file(self.path, render(labels, new_expiry))
+        if current != dict(labels):
+            log.info("NFD feature file %s now holds %d labels", self.path, len(labels))
+        return True
+
+    def _renew_due(self, expires: datetime | None, now: datetime) -> bool:
+        if self.ttl is None:
+            return expires is not None  # drop an expiry a previous configuration wrote
+        return expires is None or expires - now < self.ttl / 2
+
+
+class Observed(Protocol):
+    """What the task reads from the daemon (a ``supervisor.Daemon``)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def inventory(self) -> Inventory: ...
+
+
+async def nfd_task(daemon: Observed) -> None:
+    """Root task: keep the feature file in line with each scan; failures are logged, not fatal."""
+    path = daemon.settings.nfd_features_file
+    if path is None:
+        await asyncio.Future()  # disabled: idle (a root task that returns would stop the daemon)
+        return
+    feature_file = FeatureFile(path)
+    last_error: str | None = None
+    written: object = None  # the inventory object last written, while the file needs no renewal
+    recheck_at = 0.0
+    while True:
+        inventory = daemon.inventory
+        # The scanner hands back the same object while nothing moved: then there is nothing to
+        # compute or read until the expiry header needs renewing (checked every minute).
+        if inventory is not written or time.monotonic() >= recheck_at:
+            try:
+                await asyncio.to_thread(feature_file.update, feature_labels(inventory))
+                written, recheck_at = inventory, time.monotonic() + RECHECK_SECONDS
+                if last_error is not None:
+                    log.info("NFD feature file %s is writable again", path)
+                last_error = None
+            except OSError as err:
+                written = None
+                if err.strerror != last_error:
+                    log.warning(
+                        "cannot write the NFD feature file %s (%s); no KAE node labels until it "
+                        "can be written (is features.d mounted?)",
+                        path,
+                        err.strerror or err,
+                    )
+                last_error = err.strerror or str(err)
+        await asyncio.sleep(max(daemon.settings.scan_interval, 0.1))

@@ -1,0 +1,277 @@
+"""udev_task against a fake monitor: what an event does, bursts, failures, fallback, cleanup.
+
+The fake has a real file descriptor (a socketpair), so the task's ``loop.add_reader`` wiring is
+exercised for real; only libudev is left out (tests/daemon/test_hotplug_umockdev.py covers that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import errno
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kae_deviceplugin import counters
+from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.daemon import hotplug
+from kae_deviceplugin.daemon.hotplug import UeventDevice, UeventMonitor, netlink_source, udev_task
+from kae_deviceplugin.daemon.supervisor import Daemon
+
+DEADLINE = 5.0
+
+
+@dataclass(frozen=True)
+class FakeDevice:
+    action: str | None
+    sys_name: str
+
+
+class FakeMonitor:
+    """Queued events behind a readable socket, like a netlink socket with messages waiting."""
+
+    def __init__(self) -> None:
+        self.reader, self.writer = socket.socketpair()
+        self.reader.setblocking(False)
+        self.queue: collections.deque[FakeDevice | BaseException] = collections.deque()
+        self.polls = 0
+
+    def push(self, *items: FakeDevice | BaseException) -> None:
+        for item in items:
+            self.queue.append(item)
+            self.writer.send(b"x")
+
+    def fileno(self) -> int:
+        return self.reader.fileno()
+
+    def poll(self, timeout: float | None = None) -> UeventDevice | None:
+        assert timeout == 0, "the task must never block the event loop"
+        self.polls += 1
+        if not self.queue:
+            return None
+        self.reader.recv(1)
+        item = self.queue.popleft()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self.reader.close()
+        self.writer.close()
+
+
+class BrokenMonitor(FakeMonitor):
+    """Readable for ever, failing every read: a monitor whose socket went bad."""
+
+    def poll(self, timeout: float | None = None) -> UeventDevice | None:
+        self.polls += 1
+        raise OSError(errno.EBADF, "bad file descriptor")
+
+
+def make_daemon(tmp_path: Path, scan_interval: float = 60.0) -> Daemon:
+    return Daemon(Settings(kubelet_root=tmp_path / "kubelet", scan_interval=scan_interval))
+
+
+def udev_count(action: str) -> float:
+    return counters.REGISTRY.get_sample_value("kae_udev_events_total", {"action": action}) or 0.0
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Let the loop run until ``condition`` holds, failing after DEADLINE seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE
+    while not condition():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.001)
+
+
+async def rescan_requested(daemon: Daemon) -> None:
+    await asyncio.wait_for(daemon.rescan_now.wait(), DEADLINE)
+
+
+async def stop(task: asyncio.Task[None]) -> None:
+    """Cancel the task and check that it ends by cancellation, not by an error of its own."""
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(coro_fn(), 4 * DEADLINE))
+
+
+def test_event_requests_rescan_counts_and_logs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each add/change/remove sets rescan_now, bumps the per-action counter, logs one INFO line."""
+    caplog.set_level(logging.INFO, logger="kae_deviceplugin.daemon.hotplug")
+    monitor = FakeMonitor()
+    daemon = make_daemon(tmp_path)
+
+    async def main() -> None:
+        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        for action in ("add", "change", "remove"):
+            before = udev_count(action)
+            daemon.rescan_now.clear()
+            monitor.push(FakeDevice(action, "hisi_zip-4"))
+            await rescan_requested(daemon)
+            assert udev_count(action) == before + 1
+            assert f"uevent {action} hisi_zip-4" in caplog.text
+        assert not task.done()
+        await stop(task)
+
+    run(main)
+    monitor.close()
+
+
+def test_burst_is_drained_in_one_wakeup(tmp_path: Path) -> None:
+    """A burst of pending events is read completely at the first wake-up; the rescan is one flag."""
+    monitor = FakeMonitor()
+    daemon = make_daemon(tmp_path)
+    names = [f"hisi_sec2-{i}" for i in range(40)]
+    monitor.push(*(FakeDevice("add", name) for name in names))
+    before = udev_count("add")
+
+    async def main() -> None:
+        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        await rescan_requested(daemon)
+        # The callback that set the flag ran to the end of the queue before returning.
+        assert not monitor.queue
+        assert udev_count("add") == before + len(names)
+        await stop(task)
+
+    run(main)
+    monitor.close()
+
+
+def test_irrelevant_actions_do_not_rescan(tmp_path: Path) -> None:
+    """Actions that cannot change the inventory (online, offline, none) are ignored."""
+    monitor = FakeMonitor()
+    daemon = make_daemon(tmp_path)
+
+    async def main() -> None:
+        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        monitor.push(FakeDevice("online", "hisi_zip-4"), FakeDevice(None, "hisi_zip-4"))
+        await until(lambda: not monitor.queue, "the ignored events to be read")
+        assert not daemon.rescan_now.is_set()
+        assert udev_count("online") == 0
+        monitor.push(FakeDevice("unbind", "hisi_zip-4"))
+        await rescan_requested(daemon)
+        await stop(task)
+
+    run(main)
+    monitor.close()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ImportError("libudev.so.1 not found"),
+        PermissionError(errno.EPERM, "Operation not permitted"),
+        OSError(errno.EPROTONOSUPPORT, "Protocol not supported"),
+        ValueError("Invalid source: 'udev'"),
+    ],
+    ids=["no-libudev", "no-netlink-permission", "no-netlink", "pyudev-error"],
+)
+def test_unavailable_udev_warns_once_and_idles(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, error: Exception
+) -> None:
+    """Without udev: one warning naming the rescan interval, then the task idles, never raising."""
+    caplog.set_level(logging.INFO, logger="kae_deviceplugin.daemon.hotplug")
+    daemon = make_daemon(tmp_path, scan_interval=7.5)
+
+    def failing() -> UeventMonitor:
+        raise error
+
+    async def main() -> None:
+        task = asyncio.create_task(udev_task(daemon, failing))
+        await until(lambda: "falls back" in caplog.text, "the fallback warning")
+        for _ in range(3):  # a task that returned or raised would be done by now
+            await asyncio.sleep(0)
+        assert not task.done()
+        await stop(task)
+
+    run(main)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, caplog.text
+    message = warnings[0].getMessage()
+    assert "periodic rescan every 7.5 s" in message
+    assert str(error) in message
+    assert not daemon.rescan_now.is_set()
+
+
+def test_cancellation_removes_the_reader(tmp_path: Path) -> None:
+    """When the daemon stops, the task's fd is no longer watched by the loop."""
+    monitor = FakeMonitor()
+    daemon = make_daemon(tmp_path)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        monitor.push(FakeDevice("add", "hisi_hpre-2"))
+        await rescan_requested(daemon)  # the reader is installed
+        await stop(task)
+        assert loop.remove_reader(monitor.fileno()) is False
+
+    run(main)
+    monitor.close()
+
+
+def test_a_read_error_still_rescans_and_keeps_watching(tmp_path: Path) -> None:
+    """ENOBUFS (events lost to a full socket) asks for a rescan; later events still arrive."""
+    monitor = FakeMonitor()
+    daemon = make_daemon(tmp_path)
+
+    async def main() -> None:
+        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        monitor.push(OSError(errno.ENOBUFS, "No buffer space available"))
+        await rescan_requested(daemon)
+        daemon.rescan_now.clear()
+        monitor.push(FakeDevice("remove", "hisi_zip-5"))
+        await rescan_requested(daemon)
+        assert not task.done()
+        await stop(task)
+
+    run(main)
+    monitor.close()
+
+
+def test_a_monitor_that_keeps_failing_is_given_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A persistently failing monitor is dropped with one warning: no busy loop, no crash."""
+    caplog.set_level(logging.INFO, logger="kae_deviceplugin.daemon.hotplug")
+    monitor = BrokenMonitor()
+    monitor.push(FakeDevice("add", "x"))  # makes the fd readable for good: nothing reads it
+    daemon = make_daemon(tmp_path, scan_interval=2.0)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        await until(lambda: "keeps failing" in caplog.text, "the give-up warning")
+        polls = monitor.polls
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert monitor.polls == polls == hotplug.MAX_CONSECUTIVE_ERRORS
+        assert loop.remove_reader(monitor.fileno()) is False
+        assert not task.done()
+        await stop(task)
+
+    run(main)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert "periodic rescan every 2 s" in warnings[0]
+    monitor.close()
+
+
+def test_netlink_source_follows_udevd(tmp_path: Path) -> None:
+    """The "udev" group is used only while udevd runs; otherwise the kernel's own events."""
+    control = tmp_path / "control"
+    assert netlink_source(control) == "kernel"
+    control.touch()
+    assert netlink_source(control) == "udev"

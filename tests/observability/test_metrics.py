@@ -1,0 +1,224 @@
+"""The Prometheus exposition: valid, conventional, and equal to the node's sysfs after faults."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from kae_deviceplugin.core.health import ALL_REASONS, ENGINE_STOPPED, ISOLATED
+from kae_deviceplugin.core.views import EngineChoice, build_views
+from kae_deviceplugin.discovery.scan import scan
+from kae_deviceplugin.kubelet.podresources import Allocation, Allocations
+from kae_deviceplugin.observability.metrics import Snapshot, device_families, exposition
+from kae_deviceplugin.testing.sysfs_builder import remove_dev_node, set_attribute
+from kae_deviceplugin.testing.sysfs_layout import uacce_attributes
+from kae_deviceplugin.testing.sysfs_trees import TREES
+from tests.support.observability_harness import ObservedNode, observed_node, wait_until
+
+FIXTURES = Path(__file__).resolve().parents[2] / "sysfs_fixtures"
+TREE = "kunpeng920-2p-vfs"
+RESOURCES = {f"openfuyao.com/kae.{e}" for e in ("hpre", "sec", "zip")}
+
+
+def expected_devices() -> dict[str, dict[str, str]]:
+    """What the tree's specs say each device is, independently of discovery."""
+    return {
+        spec.name: {
+            "pci_address": spec.pci_address,
+            "function": "vf" if spec.parent_pf else "pf",
+            "numa_node": str(spec.numa_node),
+            "queues": str(uacce_attributes(spec)["available_instances"]),
+        }
+        for spec in TREES[TREE].devices()
+    }
+
+
+def check_with_promtool(text: str) -> None:
+    """`promtool check metrics` must print nothing and succeed (lint included)."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        return
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def reasons_by_device(node: ObservedNode) -> dict[str, set[str]]:
+    active: dict[str, set[str]] = {}
+    for sample in node.samples("kae_device_unhealthy_reason"):
+        reasons = active.setdefault(sample.labels["device"], set())
+        if sample.value == 1:
+            reasons.add(sample.labels["reason"])
+    return active
+
+
+def registered(node: ObservedNode) -> dict[str, float]:
+    return {s.labels["resource"]: s.value for s in node.samples("kae_resource_registered")}
+
+
+def test_scrape_of_the_two_socket_vf_tree_matches_its_specs() -> None:
+    """18 devices with sysfs identity, NUMA node, PF/VF, queues; all healthy; registered."""
+    expected = expected_devices()
+    assert len(expected) == 18
+    with observed_node(TREE) as node:
+        assert node.wait_registered(3)
+        info = {s.labels["device"]: s.labels for s in node.samples("kae_device_info")}
+        assert set(info) == set(expected)
+        for name, labels in info.items():
+            want = expected[name]
+            assert labels["pci_address"] == want["pci_address"]
+            assert labels["function"] == want["function"]
+            assert labels["numa_node"] == want["numa_node"]
+            assert labels["api"] == "hisi_qm_v2"
+        queues = node.by_device("kae_device_available_queues")
+        assert {name: str(int(v)) for name, v in queues.items()} == {
+            name: want["queues"] for name, want in expected.items()
+        }
+        assert set(node.by_device("kae_device_healthy").values()) == {1.0}
+        reasons = reasons_by_device(node)
+        assert reasons == {name: set() for name in expected}
+        per_device = len(node.samples("kae_device_unhealthy_reason")) / len(expected)
+        assert per_device == len(ALL_REASONS)  # every fixed code, nothing else
+        assert wait_until(lambda: registered(node) == dict.fromkeys(RESOURCES, 1.0))
+        check_with_promtool(node.scrape())
+
+
+def test_injected_faults_show_in_the_next_scrape() -> None:
+    """Isolation, a stopped engine, a lost /dev node and a queue change appear after a rescan."""
+    with observed_node(TREE) as node:
+        assert node.wait_registered(3)
+        set_attribute(node.root, "hisi_hpre-2", "isolate", "1")
+        set_attribute(node.root, "hisi_sec2-8", "dev_state", "-1")
+        remove_dev_node(node.root, "hisi_zip-5")
+        set_attribute(node.root, "hisi_zip-14", "available_instances", "7")
+        node.runner.rescan()
+
+        def faults_visible() -> bool:
+            healthy = node.by_device("kae_device_healthy")
+            unhealthy = {name for name, value in healthy.items() if value == 0}
+            queues = node.by_device("kae_device_available_queues")
+            return unhealthy == {"hisi_hpre-2", "hisi_sec2-8", "hisi_zip-5"} and (
+                queues["hisi_zip-14"] == 7
+            )
+
+        assert wait_until(faults_visible)
+        reasons = reasons_by_device(node)
+        assert reasons["hisi_hpre-2"] == {ISOLATED}
+        assert reasons["hisi_sec2-8"] == {ENGINE_STOPPED}
+        assert reasons["hisi_zip-5"] == {"dev-node-missing"}
+        assert sum(bool(r) for r in reasons.values()) == 3
+        assert len(node.samples("kae_device_info")) == 18  # unhealthy devices are still there
+        check_with_promtool(node.scrape())
+
+        set_attribute(node.root, "hisi_hpre-2", "isolate", "0")
+        node.runner.rescan()
+        assert wait_until(lambda: node.by_device("kae_device_healthy")["hisi_hpre-2"] == 1)
+
+
+def test_counters_follow_conventions_and_count_registrations() -> None:
+    """Counters are exposed as *_total, the build info is there, registrations are counted."""
+    with observed_node(TREE) as node:
+        assert node.wait_registered(3)
+        families = {f.name: f for f in text_string_to_metric_families(node.scrape())}
+        for name in ("kae_allocations", "kae_kubelet_registrations", "kae_kubelet_restarts"):
+            assert families[name].type == "counter"
+            assert all(s.name.endswith(("_total", "_created")) for s in families[name].samples), (
+                name
+            )
+        assert families["kae_grpc_request_duration_seconds"].type == "histogram"
+        assert families["kae_scan_duration_seconds"].type == "histogram"
+        assert families["kae_build_info"].samples[0].labels["version"]
+        registrations = {
+            s.labels["resource"]: s.value
+            for s in families["kae_kubelet_registrations"].samples
+            if s.name.endswith("_total")
+        }
+        assert set(registrations) >= RESOURCES and min(registrations.values()) >= 1
+
+
+def test_openmetrics_is_served_when_asked_for() -> None:
+    """A scraper that accepts OpenMetrics gets it, with its content type and # EOF."""
+    with observed_node(TREE) as node:
+        status, content_type, body = node.get(
+            "/metrics", accept="application/openmetrics-text; version=1.0.0"
+        )
+        assert status == 200
+        assert content_type.startswith("application/openmetrics-text")
+        text = body.decode()
+        assert text.endswith("# EOF\n")
+        # The OpenMetrics parser carries no annotations, unlike the text-format one.
+        names = {f.name for f in openmetrics_families(text)}  # type: ignore[no-untyped-call]
+        assert {"kae_device_info", "kae_device_healthy", "kae_allocations"} <= names
+        status, content_type, _ = node.get("/metrics")
+        assert content_type == "text/plain; version=0.0.4; charset=utf-8"
+
+
+def snapshot_with(allocations: Allocations | None, shares: int = 1) -> Snapshot:
+    inventory = scan(FIXTURES / TREE / "sys", FIXTURES / TREE / "dev")
+    views = build_views(inventory, {"hpre": EngineChoice(shares=shares)})
+    return Snapshot(inventory, views, frozenset(views), allocations)
+
+
+def allocated(snapshot: Snapshot) -> dict[tuple[str, str], float]:
+    families = {f.name: f for f in device_families(snapshot)}
+    return {
+        (s.labels["pci_address"], s.labels["pod"]): s.value
+        for s in families["kae_device_allocated"].samples
+    }
+
+
+def test_allocated_counts_shares_per_holder_and_shows_free_devices() -> None:
+    """Shares held by two pods count per pod; a free device shows once, with empty pod labels."""
+    hpre = "openfuyao.com/kae.hpre"
+    rows = (
+        Allocation(hpre, "0000:79:00.0::0", "ns", "a", "c"),
+        Allocation(hpre, "0000:79:00.0::1", "ns", "a", "c"),
+        Allocation(hpre, "0000:79:00.0::2", "ns", "b", "c"),
+    )
+    values = allocated(snapshot_with(Allocations(rows), shares=4))
+    assert values[("0000:79:00.0", "a")] == 2
+    assert values[("0000:79:00.0", "b")] == 1
+    assert ("0000:79:00.0", "") not in values
+    assert values[("0000:b9:00.0", "")] == 0
+    hpre_devices = {pci for pci, _ in values if pci.startswith(("0000:79", "0000:b9"))}
+    assert len(hpre_devices) == 6
+    assert len(values) == 18 + 1  # every served device once, plus the second holder
+
+
+def test_unknown_holders_mean_no_allocated_series_and_pod_resources_down() -> None:
+    """Without a pod-resources answer nothing is claimed about holders; up is 0."""
+    families = {f.name: f for f in device_families(snapshot_with(None))}
+    assert "kae_device_allocated" not in families
+    assert families["kae_pod_resources_up"].samples[0].value == 0
+    families = {f.name: f for f in device_families(snapshot_with(Allocations()))}
+    assert families["kae_pod_resources_up"].samples[0].value == 1
+
+
+def test_exposition_of_an_empty_node_is_valid() -> None:
+    """No devices: still a valid exposition (no device series), fit for promtool."""
+    empty = Snapshot(scan(Path("/nonexistent"), Path("/nonexistent")), {}, frozenset(), None)
+    body, content_type = exposition(empty)
+    assert content_type.startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    assert families["kae_device_info"].samples == []
+    check_with_promtool(body.decode())
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool not installed (Debian package prometheus); the lint did not run",
+)
+@pytest.mark.parametrize("tree", [TREE, "faults", "empty-node"])
+def test_promtool_finds_nothing_to_complain_about(tree: str) -> None:
+    """`promtool check metrics` is clean on a live scrape, odd devices and empty nodes included."""
+    with observed_node(tree) as node:
+        assert wait_until(lambda: node.samples("kae_pod_resources_up"))
+        check_with_promtool(node.scrape())

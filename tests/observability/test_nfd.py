@@ -1,0 +1,233 @@
+"""The NFD local feature file: NFD's format, valid labels, atomic and only-on-change writes."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.discovery.scan import scan
+from kae_deviceplugin.observability.nfd import (
+    EXPIRY_DIRECTIVE,
+    LABEL_PREFIX,
+    FeatureFile,
+    feature_labels,
+    nfd_task,
+    parse,
+    valid_label_part,
+)
+from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
+from kae_deviceplugin.testing.sysfs_builder import remove_device
+from kae_deviceplugin.testing.sysfs_trees import TREES
+from tests.support.harness import DaemonThread, settings_for, short_tmpdir
+from tests.support.observability_harness import wait_until
+
+FIXTURES = Path(__file__).resolve().parents[2] / "sysfs_fixtures"
+P = LABEL_PREFIX
+
+
+def fixture_inventory(name: str) -> Inventory:
+    return scan(FIXTURES / name / "sys", FIXTURES / name / "dev")
+
+
+def test_labels_of_the_two_socket_vf_tree() -> None:
+    """Presence, api, algorithms (joined and one key each), PF and VF counts per engine."""
+    expected = {P + "kae.present": "true"}
+    for engine, algorithms in (("hpre", ["rsa", "dh"]), ("sec", ["cipher", "digest", "aead"])):
+        expected |= {
+            f"{P}kae-{engine}.present": "true",
+            f"{P}kae-{engine}.api": "hisi_qm_v2",
+            f"{P}kae-{engine}.algorithms": "_".join(algorithms),
+            **{f"{P}kae-{engine}.algorithm.{a}": "true" for a in algorithms},
+            f"{P}kae-{engine}.pfs": "2",
+            f"{P}kae-{engine}.vfs": "4",
+        }
+    labels = feature_labels(fixture_inventory("kunpeng920-2p-vfs"))
+    assert {k: v for k, v in labels.items() if "kae-zip" not in k} == expected
+    assert labels[P + "kae-zip.algorithms"] == "zlib_gzip"
+
+
+def test_no_devices_no_labels() -> None:
+    """A node without KAE gets no label at all (not kae.present=false, which Exists matches)."""
+    assert feature_labels(fixture_inventory("empty-node")) == {}
+
+
+def test_odd_algorithm_names_become_valid_labels_or_are_left_out() -> None:
+    """Names with characters labels cannot hold are cleaned; too long a join is dropped."""
+    inventory = fixture_inventory("mainline-6.6")
+    odd = ("cbc(aes)", "x" * 70, "sm4")
+    devices = tuple(dataclasses.replace(d, algorithms=odd) for d in inventory.devices)
+    labels = feature_labels(Inventory(devices))
+    assert labels[P + "kae-sec.algorithm.cbc-aes"] == "true"
+    assert labels[P + "kae-sec.algorithm.sm4"] == "true"
+    assert P + "kae-sec.algorithms" not in labels  # 79 characters: not a valid value
+    assert not any("xxxx" in key for key in labels)
+
+
+def test_every_line_is_one_nfd_accepts(tmp_path: Path) -> None:
+    """Comments, one RFC 3339 expiry directive, and prefixed key=value with valid name/value."""
+    path = tmp_path / "kae"
+    FeatureFile(path).update(feature_labels(fixture_inventory("kunpeng920-2p-vfs")))
+    lines = path.read_text().splitlines()
+    directives = [line for line in lines if line.startswith("# +")]
+    assert len(directives) == 1 and directives[0].startswith(EXPIRY_DIRECTIVE)
+    expiry = datetime.strptime(directives[0].removeprefix(EXPIRY_DIRECTIVE), "%Y-%m-%dT%H:%M:%SZ")
+    assert expiry.replace(tzinfo=UTC) > datetime.now(UTC)
+    label_lines = [line for line in lines if not line.startswith("#")]
+    assert len(label_lines) >= 20
+    for line in label_lines:
+        key, value = line.split("=", 1)
+        assert key.startswith(LABEL_PREFIX), line
+        assert valid_label_part(key.removeprefix(LABEL_PREFIX)), line
+        assert valid_label_part(value), line
+    assert len(path.read_bytes()) < 64 * 1024  # NFD ignores bigger files
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kae"]  # no temp file left
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2030, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def identity(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_ino, stat.st_mtime_ns
+
+
+def test_written_only_when_labels_change_or_the_expiry_is_due(tmp_path: Path) -> None:
+    """Same labels: untouched; new labels or half the TTL gone: replaced by a new file."""
+    clock = Clock()
+    path = tmp_path / "kae"
+    feature_file = FeatureFile(path, ttl=timedelta(hours=1), clock=clock)
+    labels = {P + "kae.present": "true"}
+    assert feature_file.update(labels)
+    before = identity(path)
+    clock.now += timedelta(minutes=29)
+    assert not feature_file.update(labels)
+    assert identity(path) == before
+    assert feature_file.update({**labels, P + "kae-zip.present": "true"})
+    assert identity(path)[0] != before[0]  # renamed over, not rewritten in place
+    assert parse(path.read_text())[0] == {**labels, P + "kae-zip.present": "true"}
+    renewed = identity(path)
+    clock.now += timedelta(minutes=31)
+    assert feature_file.update({**labels, P + "kae-zip.present": "true"})
+    assert identity(path) != renewed
+    assert parse(path.read_text())[1] == clock.now + timedelta(hours=1)
+
+
+def test_a_deleted_or_edited_file_is_restored(tmp_path: Path) -> None:
+    """The file on disk is the reference: deleted or hand-edited, it is written again."""
+    path = tmp_path / "kae"
+    feature_file = FeatureFile(path)
+    labels = {P + "kae.present": "true"}
+    feature_file.update(labels)
+    path.unlink()
+    assert feature_file.update(labels)
+    path.write_text("feature.node.kubernetes.io/kae.present=false\n")
+    assert feature_file.update(labels)
+    assert parse(path.read_text())[0] == labels
+
+
+def test_without_ttl_no_expiry_is_written(tmp_path: Path) -> None:
+    """ttl=None writes no directive, and removes one an earlier run wrote."""
+    path = tmp_path / "kae"
+    labels = {P + "kae.present": "true"}
+    FeatureFile(path).update(labels)
+    assert FeatureFile(path, ttl=None).update(labels)
+    assert "+expiry-time" not in path.read_text()
+    assert not FeatureFile(path, ttl=None).update(labels)
+
+
+class FakeDaemon:
+    """Settings and an inventory; counts reads of the inventory (one per writer pass)."""
+
+    def __init__(self, settings: Settings, inventory: Inventory) -> None:
+        self.settings = settings
+        self._inventory = inventory
+        self.reads = 0
+
+    @property
+    def inventory(self) -> Inventory:
+        self.reads += 1
+        return self._inventory
+
+
+async def wait_while_running(task: asyncio.Task[None], check: Callable[[], bool]) -> bool:
+    """Poll ``check`` on the loop; False if ``task`` ends first or 10 s pass."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10.0
+    while not check():
+        if task.done() or loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+def test_unwritable_directory_warns_once_and_recovers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A missing features.d: one warning however many scans, no crash; written once it exists."""
+    caplog.set_level(logging.INFO, logger="kae_deviceplugin.observability.nfd")
+    path = tmp_path / "features.d" / "kae"
+    settings = dataclasses.replace(Settings(), nfd_features_file=path, scan_interval=0.01)
+    daemon = FakeDaemon(settings, fixture_inventory("kunpeng920-2p"))
+
+    async def scenario() -> None:
+        task = asyncio.create_task(nfd_task(daemon))
+        assert await wait_while_running(task, lambda: "cannot write" in caplog.text), caplog.text
+        failed_passes = daemon.reads + 5
+        assert await wait_while_running(task, lambda: daemon.reads > failed_passes), caplog.text
+        path.parent.mkdir()
+        # Not path.exists(): the file appears in the writer's thread before the task logs.
+        assert await wait_while_running(task, lambda: "writable again" in caplog.text)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert caplog.text.count("cannot write") == 1, caplog.text
+    assert parse(path.read_text())[0][P + "kae-hpre.pfs"] == "2"
+
+
+def test_disabled_writer_idles() -> None:
+    """nfd_features_file None: the task idles, never returning (that would stop the daemon)."""
+    daemon = FakeDaemon(Settings(nfd_features_file=None), fixture_inventory("kunpeng920-2p"))
+
+    async def scenario() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(nfd_task(daemon), 0.2)
+
+    asyncio.run(scenario())
+    assert daemon.reads == 0
+
+
+def test_the_daemon_keeps_the_file_in_line_with_hotplug() -> None:
+    """In the real daemon: the file appears after the first scan and follows a VF removal."""
+    with short_tmpdir() as workdir:
+        TREES["kunpeng920-2p-vfs"].build(workdir / "node")
+        features = workdir / "features.d" / "kae"
+        features.parent.mkdir()
+        settings = settings_for(workdir, nfd_features_file=features, scan_interval=0.1)
+        with KubeletEmulator(settings.effective_device_plugin_dir):
+            runner = DaemonThread(Daemon(settings, extra_tasks=[nfd_task]))
+            runner.start()
+            try:
+                vfs = P + "kae-zip.vfs"
+                assert wait_until(lambda: features.exists() and parse(features.read_text())[0])
+                assert parse(features.read_text())[0][vfs] == "4"
+                remove_device(workdir / "node", "hisi_zip-16")
+                assert wait_until(lambda: parse(features.read_text())[0][vfs] == "3")
+                assert not [p for p in os.listdir(features.parent) if p.startswith(".")]
+            finally:
+                assert runner.stop() == 0
