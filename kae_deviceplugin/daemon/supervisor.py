@@ -57,6 +57,9 @@ class Daemon:
         self.config_source = config_source
         self.extra_tasks = extra_tasks or []
         self.inventory = Inventory()
+        # The one broadcast of the inventory: whoever must act on a change (the NFD file, the
+        # pod-resources poller) subscribes here instead of polling ``inventory``.
+        self.inventories: LatestValue[Inventory] = LatestValue(self.inventory)
         self.views: dict[str, ResourceView] = {}
         self.latest: dict[str, LatestValue[ResourceView]] = {}
         self.servers: dict[str, ResourceServer] = {}
@@ -209,9 +212,12 @@ class Daemon:
         # the container view is retried each tick even so.
         if inventory is self.inventory and not self.view_error_logged:
             return
+        changed = inventory is not self.inventory
         log_inventory_changes(self.inventory, inventory)
         self.inventory = inventory
         await self.reconcile()
+        if changed:
+            self.inventories.publish(inventory)
 
     async def reconcile(self) -> None:
         """Bring servers and their published views in line with the inventory and settings."""
