@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,11 +27,7 @@ from kae_deviceplugin.testing.sysfs_trees import TREES, kunpeng_pf, vf_of
 from tests.support.harness import DEADLINE, running_node, short_tmpdir
 
 HPRE, SEC, ZIP = (f"openfuyao.com/kae.{e}" for e in ("hpre", "sec", "zip"))
-FAST = {"scan_interval": 0.1}
-
-
-def health_of(node, resource: str, device_id: str):  # type: ignore[no-untyped-def]
-    return lambda view: view.get(device_id, ("absent",))[0]
+FAST: dict[str, Any] = {"scan_interval": 0.1}
 
 
 def test_isolate_flips_unhealthy_and_back() -> None:
@@ -113,7 +110,6 @@ def test_kubelet_comes_up_after_the_plugin() -> None:
     """A plugin started before the kubelet registers as soon as kubelet.sock appears."""
     with short_tmpdir() as workdir:
         from kae_deviceplugin.daemon.supervisor import Daemon
-
         from tests.support.harness import DaemonThread, settings_for
 
         TREES["kunpeng920-2p"].build(workdir / "node")
@@ -195,7 +191,7 @@ def test_sigterm_stops_cleanly_and_sigkill_leaves_a_stale_socket_that_is_reclaim
                 assert kubelet.wait_for(lambda k: len(k.registrations) >= 3, 20)
             finally:
                 first.kill()
-                first.wait(10)
+                first.communicate(timeout=10)  # reaps it and closes its output pipe
             assert (plugin_dir / "kae-hpre.sock").exists()  # stale, nobody serves it
             second = serve_process(workdir, plugin_dir)
             try:
@@ -204,8 +200,8 @@ def test_sigterm_stops_cleanly_and_sigkill_leaves_a_stale_socket_that_is_reclaim
                     lambda k: (
                         all(k.resources().values())
                         and all(
-                            not k.state(r).stream_ended
-                            for r in k.resources()  # type: ignore[union-attr]
+                            (state := k.state(r)) is not None and not state.stream_ended
+                            for r in k.resources()
                         )
                     ),
                     DEADLINE,
