@@ -13,6 +13,15 @@ VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
 
 
+def plugin_options() -> pb.DevicePluginOptions:
+    """What every resource offers: preferred allocation, and no PreStartContainer call.
+
+    Sent in RegisterRequest (current kubelets ignore it there) and answered by
+    GetDevicePluginOptions (what the kubelet acts on); one value, so the two cannot disagree.
+    """
+    return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+
 def device_message(device_id: str, health: str, numa_node: int | None) -> pb.Device:
     """A kubelet Device; topology left empty when the NUMA node is unknown, as the kubelet wants."""
     if numa_node is None:

@@ -1,10 +1,82 @@
-"""The daemon's own exceptions, so callers can tell our refusals from bugs."""
+"""Every error the daemon raises on purpose, so callers can tell our refusals from bugs.
+
+::
+
+    KaeDevicePluginError
+    ├── InvalidConfig           a file, flag or KAE_DP_* value breaks a rule (every problem listed)
+    ├── StartupError            serve cannot start: a path, the cause and the fix, on one line
+    ├── UnsafeSocketPath        a socket path we must not create, follow or delete
+    ├── SocketInUse             another live process serves the socket we were about to create
+    ├── SocketVanished          our freshly bound socket was deleted at once (a kubelet's sweep)
+    └── RegistrationFailed      the kubelet answered Register with an error
+
+``ConfigError`` is not an exception: it is one problem inside an ``InvalidConfig``.
+"""
 
 from __future__ import annotations
+
+import reprlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
 
 
 class KaeDevicePluginError(Exception):
     """Base of every error the daemon raises on purpose."""
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+MISSING: Final = _Missing()  # the value of a ConfigError about a key that is absent or unknown
+_REPR = reprlib.Repr()  # user values can be huge or deeply nested: show only their start
+_REPR.maxstring = _REPR.maxother = 60
+
+
+def show(value: object) -> str:
+    """A short repr of a user's value: its start only, and never an exception."""
+    try:
+        return _REPR.repr(value)
+    except ValueError:  # an int too long for str() (Python caps it at 4300 digits)
+        return f"<{type(value).__name__} too long to show>"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigError:
+    """One problem: where (``engines.hpre.shares`` or a flag name), the offending value, and why."""
+
+    path: str
+    value: object
+    why: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}: " if self.path else ""
+        got = "" if self.value is MISSING else f" (got {show(self.value)})"
+        return f"{where}{self.why}{got}"
+
+
+class InvalidConfig(KaeDevicePluginError):
+    """Every problem found in one file or one set of overrides, one per line."""
+
+    def __init__(self, errors: Iterable[ConfigError], source: str | None = None) -> None:
+        self.errors: tuple[ConfigError, ...] = tuple(errors)
+        self.source = source
+        super().__init__("\n".join(self.lines()))
+
+    @classmethod
+    def whole(cls, source: str, why: str) -> InvalidConfig:
+        """A problem with the file as a whole rather than with one of its keys."""
+        return cls([ConfigError("", MISSING, why)], source)
+
+    def lines(self) -> list[str]:
+        prefix = f"{self.source}: " if self.source else ""
+        return [f"{prefix}{error}" for error in self.errors]
+
+
+class StartupError(KaeDevicePluginError):
+    """serve cannot start; the message names the path, the cause and the fix, on one line."""
 
 
 class UnsafeSocketPath(KaeDevicePluginError):

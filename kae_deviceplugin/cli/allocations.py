@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.kubelet.podresources import (
     LIST_TIMEOUT,
     RECORD_KEYS,
@@ -21,7 +22,6 @@ from kae_deviceplugin.kubelet.podresources import (
     PodResourcesUnavailable,
     list_allocations,
 )
-from kae_deviceplugin.observability.http import parse_address
 
 HTTP_TIMEOUT = 3.0
 

@@ -11,14 +11,14 @@ import click
 from kae_deviceplugin import __version__
 from kae_deviceplugin.cli import allocations as allocations_cli
 from kae_deviceplugin.cli.listing import render_json, render_table
-from kae_deviceplugin.config.file import InvalidConfig
-from kae_deviceplugin.config.reload import ConfigSource
-from kae_deviceplugin.config.settings import Settings, check_config, resolve_settings
+from kae_deviceplugin.cli.serve import load_settings, overrides_from, serve_options
+from kae_deviceplugin.config.resolve import check_config
+from kae_deviceplugin.config.schema import ENV_PREFIX
 from kae_deviceplugin.daemon.run import run_serve
 from kae_deviceplugin.discovery.scan import scan
+from kae_deviceplugin.errors import InvalidConfig
 from kae_deviceplugin.observability import logs
 
-ENV_PREFIX = "KAE_DP_"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -115,112 +115,18 @@ def list_command(
     click.echo(render_json(inventory) if output == "json" else render_table(inventory))
 
 
-def _on_off(value: str | None) -> bool | None:
-    return None if value is None else value == "on"
-
-
-# serve's options, each mapped onto the Settings field of the same name. Defaults live in
-# Settings (and the file), so an option only overrides when it was given on the command line
-# or in the environment: flags > env > file > defaults.
-SERVE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("--sysfs-root", {"type": click.Path(path_type=Path), "help": "sysfs to scan [/sys]"}),
-    ("--dev-root", {"type": click.Path(path_type=Path), "help": "uacce device nodes [/dev]"}),
-    ("--kubelet-root", {"type": click.Path(path_type=Path), "help": "[/var/lib/kubelet]"}),
-    (
-        "--device-plugin-dir",
-        {"type": click.Path(path_type=Path), "help": "[<kubelet-root>/device-plugins]"},
-    ),
-    (
-        "--pod-resources-socket",
-        {"type": click.Path(path_type=Path), "help": "[<kubelet-root>/pod-resources/kubelet.sock]"},
-    ),
-    (
-        "--registration",
-        {"type": click.Choice(["auto", "kubelet-socket", "plugin-watcher"]), "help": "[auto]"},
-    ),
-    ("--scan-interval", {"type": str, "help": "seconds or a duration such as 500ms [1s]"}),
-    (
-        "--metrics-address",
-        {"type": str, "help": "HOST:PORT for /metrics, /healthz, /readyz; empty disables [:9410]"},
-    ),
-    ("--state-dir", {"type": click.Path(path_type=Path), "help": "[/var/lib/kae-deviceplugin]"}),
-    ("--nfd-features-file", {"type": str, "help": "NFD local feature file; empty disables"}),
-    ("--container-sysfs-view", {"type": click.Choice(["on", "off"]), "help": "[on]"}),
-    ("--cdi", {"type": click.Choice(["on", "off"]), "help": "[off]"}),
-    ("--cdi-dir", {"type": click.Path(path_type=Path), "help": "[/var/run/cdi]"}),
-    ("--allocation-policy", {"type": click.Choice(["balanced", "packed"]), "help": "[balanced]"}),
-    ("--log-level", {"type": click.Choice(logs.LEVELS), "help": "[info]"}),
-    ("--log-format", {"type": click.Choice(logs.FORMATS), "help": "[text]"}),
-)
-_CONVERT: dict[str, Callable[[Any], object]] = {
-    "container_sysfs_view": _on_off,
-    "cdi": _on_off,
-    "nfd_features_file": lambda v: Path(v).absolute() if v else None,
-}
-
-
-def _convert(name: str, value: object) -> object:
-    """Command-line paths may be relative to the working directory; settings hold absolute ones."""
-    if name in _CONVERT:
-        return _CONVERT[name](value)
-    return value.absolute() if isinstance(value, Path) else value
-
-
-def serve_options(func: F) -> F:
-    for name, attrs in reversed(SERVE_OPTIONS):
-        func = option(name, default=None, **attrs)(func)
-    return option(
-        "--config",
-        "config_path",
-        type=click.Path(path_type=Path, dir_okay=False),
-        default=None,
-        help="YAML configuration file (version: v1); reloaded on change and on SIGHUP.",
-    )(func)
-
-
-def overrides_from(
-    ctx: click.Context, params: dict[str, Any]
-) -> tuple[dict[str, object], dict[str, str]]:
-    """The options given on the command line or in the environment, and how to name each."""
-    given: dict[str, object] = {}
-    sources: dict[str, str] = {}
-    for name, value in params.items():
-        source = ctx.get_parameter_source(name)
-        if name == "config_path" or source not in (
-            click.core.ParameterSource.COMMANDLINE,
-            click.core.ParameterSource.ENVIRONMENT,
-        ):
-            continue
-        given[name] = _convert(name, value)
-        flag = "--" + name.replace("_", "-")
-        sources[name] = (
-            ENV_PREFIX + name.upper() if source is click.core.ParameterSource.ENVIRONMENT else flag
-        )
-    return given, sources
-
-
-def load_settings(
-    config_path: Path | None, overrides: dict[str, object], sources: dict[str, str]
-) -> tuple[Settings, ConfigSource | None]:
-    """Settings for serve; every problem of flags, env and file reported at once (exit 2)."""
-    try:
-        if config_path is None:
-            return resolve_settings(None, overrides, sources=sources), None
-        source = ConfigSource(config_path, overrides, sources)
-        return source.initial(), source
-    except InvalidConfig as err:
-        for line in err.lines():
-            click.echo(f"error: {line}", err=True)
-        raise SystemExit(2) from err
-
-
 @main.command("serve")
 @serve_options
 @click.pass_context
 def serve_command(ctx: click.Context, /, config_path: Path | None, **params: Any) -> None:
     """Run the device-plugin daemon (what the DaemonSet runs)."""
-    overrides, sources = overrides_from(ctx, params)
-    settings, source = load_settings(config_path, overrides, sources)
+    try:
+        overrides, sources = overrides_from(ctx, params)
+        settings, source = load_settings(config_path, overrides, sources)
+    except InvalidConfig as err:
+        for line in err.lines():
+            click.echo(f"error: {line}", err=True)
+        raise SystemExit(2) from err
     logs.configure(settings.log_level, settings.log_format)
     raise SystemExit(run_serve(settings, source))
 

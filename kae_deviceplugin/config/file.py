@@ -7,74 +7,19 @@ are shared with command-line and environment overrides so that both are judged a
 
 from __future__ import annotations
 
-import difflib
-import ipaddress
-import math
-import re
-import reprlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from kae_deviceplugin.config.rules import Rule, did_you_mean
+from kae_deviceplugin.config.schema import ENGINE_FIELDS, OPTIONS
 from kae_deviceplugin.core.engines import ENGINES_BY_NAME
-from kae_deviceplugin.errors import KaeDevicePluginError
+from kae_deviceplugin.errors import MISSING, ConfigError, InvalidConfig, show
 
 VERSION: Final = "v1"
 MAX_FILE_BYTES: Final = 1 << 20
-MAX_SHARES: Final = 64
-MAX_SCAN_INTERVAL: Final = 3600.0
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-MISSING: Final = _Missing()  # the value of a ConfigError about a key that is absent or unknown
-_REPR = reprlib.Repr()  # user values can be huge or deeply nested: show only their start
-_REPR.maxstring = _REPR.maxother = 60
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigError:
-    """One problem: where (``engines.hpre.shares`` or a flag name), the offending value, and why."""
-
-    path: str
-    value: object
-    why: str
-
-    def __str__(self) -> str:
-        where = f"{self.path}: " if self.path else ""
-        got = "" if self.value is MISSING else f" (got {show(self.value)})"
-        return f"{where}{self.why}{got}"
-
-
-def show(value: object) -> str:
-    """A short repr of a user's value: its start only, and never an exception."""
-    try:
-        return _REPR.repr(value)
-    except ValueError:  # an int too long for str() (Python caps it at 4300 digits)
-        return f"<{type(value).__name__} too long to show>"
-
-
-class InvalidConfig(KaeDevicePluginError):
-    """Every problem found in one file or one set of overrides, one per line."""
-
-    def __init__(self, errors: Iterable[ConfigError], source: str | None = None) -> None:
-        self.errors: tuple[ConfigError, ...] = tuple(errors)
-        self.source = source
-        super().__init__("\n".join(self.lines()))
-
-    @classmethod
-    def whole(cls, source: str, why: str) -> InvalidConfig:
-        """A problem with the file as a whole rather than with one of its keys."""
-        return cls([ConfigError("", MISSING, why)], source)
-
-    def lines(self) -> list[str]:
-        prefix = f"{self.source}: " if self.source else ""
-        return [f"{prefix}{error}" for error in self.errors]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,163 +32,21 @@ class FileConfig:
     env: Mapping[str, object]
 
 
-# A rule turns a raw value into its typed form or raises ValueError saying why it cannot.
-Rule = Callable[[object], Any]
-
-_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_UNITS["µs"] = _UNITS["μs"] = 1e-6  # Go accepts both micro signs
-_UNIT = "|".join(sorted(_UNITS, key=len, reverse=True))  # longest first: "ms" before "m"
-_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-_DURATION_PART = re.compile(rf"({_NUMBER})({_UNIT})")
-_DURATION = re.compile(rf"([+-]?)((?:{_NUMBER}(?:{_UNIT}))+|{_NUMBER})")
-_HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?:\.(?!-)[A-Za-z0-9-]{1,63})*\.?")
-_DURATION_WHY = "must be a number of seconds or a duration such as 500ms, 1s, 2m"
-
-
-def parse_duration(value: object) -> float:
-    """Seconds from a number of seconds or a Go-style duration string (``500ms``, ``1m30s``)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(_DURATION_WHY)
-    if isinstance(value, int):  # float() of a huge int overflows; such a value is out of range
-        return float(value) if abs(value) < 10**15 else (math.inf if value > 0 else -math.inf)
-    if isinstance(value, float):
-        if math.isnan(value):
-            raise ValueError("must be a number, not NaN")
-        return value
-    match = _DURATION.fullmatch(value.strip())
-    if match is None:
-        raise ValueError(_DURATION_WHY)
-    parts = _DURATION_PART.findall(match[2]) or [(match[2], "s")]
-    seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
-    return -seconds if match[1] == "-" else seconds
-
-
-def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
-    """The candidate a typo most likely meant, ignoring case, ``_`` and ``-``; None if none."""
-
-    def squash(text: str) -> str:
-        return text.lower().replace("_", "").replace("-", "")
-
-    by_squashed = {squash(candidate): candidate for candidate in candidates}
-    close = difflib.get_close_matches(squash(word), list(by_squashed), n=1, cutoff=0.6)
-    return by_squashed[close[0]] if close else None
-
-
-def _boolean(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    # Environment variables arrive as strings; YAML itself already turns yes/no/on/off into bools.
-    text = value.strip().lower() if isinstance(value, str) else None
-    if text not in ("true", "yes", "on", "1", "false", "no", "off", "0"):
-        raise ValueError("must be true or false")
-    return text in ("true", "yes", "on", "1")
-
-
-def _shares(value: object) -> int:
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]{1,18}\s*", value):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SHARES:
-        raise ValueError(f"must be a whole number from 1 to {MAX_SHARES}")
-    return value
-
-
-def _choice(*choices: str) -> Rule:
-    def rule(value: object) -> str:
-        if isinstance(value, str) and value.strip().lower() in choices:
-            return value.strip().lower()
-        why = "must be one of " + ", ".join(choices)
-        guess = did_you_mean(value, choices) if isinstance(value, str) else None
-        raise ValueError(f"{why}; did you mean {guess!r}?" if guess else why)
-
-    return rule
-
-
-def _path_text(value: object) -> str:
-    if not isinstance(value, str | Path) or not str(value).startswith("/"):
-        raise ValueError("must be an absolute path")
-    if "\0" in str(value):
-        raise ValueError("must not contain a NUL character")
-    return str(value)
-
-
-def _path(value: object) -> Path:
-    return Path(_path_text(value))
-
-
-def _optional(rule: Rule) -> Rule:
-    """Null or an empty string means "not set": use the derived default, or disable the feature."""
-    return lambda value: None if value is None or value == "" else rule(value)
-
-
-def _scan_interval(value: object) -> float:
-    seconds = parse_duration(value)
-    if not 0 < seconds <= MAX_SCAN_INTERVAL:
-        raise ValueError("must be more than 0s and at most 1h")
-    return seconds
-
-
-def _metrics_address(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError('must be a string such as ":9410" (quote it in YAML), or "" to disable')
-    if not value.strip():
-        return ""
-    host, colon, port = value.strip().rpartition(":")
-    if not colon or not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
-        raise ValueError("must be host:port or :port, with a port from 1 to 65535")
-    if host.startswith("["):
-        if not host.endswith("]") or not _is_ip(host[1:-1], ipaddress.IPv6Address):
-            raise ValueError("a host in brackets must be an IPv6 address, such as [::]:9410")
-    elif ":" in host:
-        raise ValueError("an IPv6 host must be in brackets, such as [::]:9410")
-    elif re.fullmatch(r"[0-9.]+", host) and not _is_ip(host, ipaddress.IPv4Address):
-        raise ValueError("the host is not a valid IPv4 address")
-    elif host and not _HOSTNAME.fullmatch(host):
-        raise ValueError("the host must be a hostname or an IP address")
-    return value.strip()
-
-
-def _is_ip(text: str, kind: Callable[[str], object]) -> bool:
-    try:
-        kind(text)
-    except ValueError:
-        return False
-    return True
-
-
-# Every Settings field the file can set: (section, key as written, field name, rule).
-_FIELDS: Final = (
-    ("", "scanInterval", "scan_interval", _scan_interval),
-    ("", "registration", "registration", _choice("auto", "kubelet-socket", "plugin-watcher")),
-    ("", "allocationPolicy", "allocation_policy", _choice("balanced", "packed")),
-    ("", "containerSysfsView", "container_sysfs_view", _boolean),
-    ("", "cdi", "cdi", _boolean),
-    ("", "metricsAddress", "metrics_address", _metrics_address),
-    ("log", "level", "log_level", _choice("debug", "info", "warning", "error")),
-    ("log", "format", "log_format", _choice("text", "json")),
-    ("paths", "sysfsRoot", "sysfs_root", _path),
-    ("paths", "devRoot", "dev_root", _path),
-    ("paths", "kubeletRoot", "kubelet_root", _path),
-    ("paths", "devicePluginDir", "device_plugin_dir", _optional(_path)),
-    ("paths", "podResourcesSocket", "pod_resources_socket", _optional(_path)),
-    ("paths", "stateDir", "state_dir", _path),
-    ("paths", "nfdFeaturesFile", "nfd_features_file", _optional(_path)),
-    ("paths", "cdiDir", "cdi_dir", _path),
-)
-SETTING_RULES: Final[Mapping[str, Rule]] = {name: rule for _, _, name, rule in _FIELDS}
-ENGINE_RULES: Final[Mapping[str, Rule]] = {
-    "enabled": _boolean,
-    "shares": _shares,
-    "functions": _choice("all", "pf", "vf", "prefer-vf"),
+# The rule of every field, keyed by Settings field name (env fields by EnvSettings field name).
+SETTING_RULES: Final[Mapping[str, Rule]] = {
+    o.field: o.rule for o in OPTIONS if not o.field.startswith("env.")
 }
 ENV_RULES: Final[Mapping[str, Rule]] = {
-    "uadk_numa_hint": _boolean,
-    "openssl_engines": _optional(_path_text),
+    o.name: o.rule for o in OPTIONS if o.field.startswith("env.")
 }
-ENV_KEYS: Final = {"uadkNumaHint": "uadk_numa_hint", "opensslEngines": "openssl_engines"}
+ENGINE_RULES: Final[Mapping[str, Rule]] = {name: rule for name, (rule, _) in ENGINE_FIELDS.items()}
+ENV_KEYS: Final = {o.file_key: o.name for o in OPTIONS if o.section == "env"}
 _KEYS: dict[str, dict[str, str]] = {}  # section -> {key as written: field name}
-for _section, _key, _name, _ in _FIELDS:
-    _KEYS.setdefault(_section, {})[_key] = _name
-_TOP_LEVEL = {k: k for k in ["version", *_KEYS[""], "log", "paths", "engines", "env"]}
+for _option in OPTIONS:
+    if _option.section != "env":
+        _KEYS.setdefault(_option.section, {})[_option.file_key] = _option.field
+_SECTIONS: Final = tuple(s for s in _KEYS if s)
+_TOP_LEVEL = {k: k for k in ["version", *_KEYS[""], *_SECTIONS, "engines", "env"]}
 # A nested key written at the top level is a common slip: suggest its full path.
 _NESTED = {k: f"{s}.{k}" for s, keys in [*_KEYS.items(), ("env", ENV_KEYS)] if s for k in keys}
 
@@ -314,7 +117,7 @@ def parse_config(data: object, source: str) -> FileConfig:
     for key, item in data.items():
         if key in _KEYS[""]:
             settings |= read_section({key: item}, _KEYS[""], SETTING_RULES, "", errors)
-        elif key in ("log", "paths"):
+        elif key in _SECTIONS:
             settings |= read_section(item, _KEYS[key], SETTING_RULES, key, errors)
         elif key == "engines":
             engines = read_engines(item, key, errors)

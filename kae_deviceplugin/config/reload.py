@@ -8,8 +8,10 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from kae_deviceplugin.config.file import InvalidConfig, load_config_file
-from kae_deviceplugin.config.settings import Settings, resolve_settings, restart_required
+from kae_deviceplugin.config.file import load_config_file
+from kae_deviceplugin.config.resolve import resolve_settings, restart_required
+from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.errors import InvalidConfig
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +65,12 @@ class ConfigSource:
                 "configuration changes %s need a restart to take effect; keeping running values",
                 ", ".join(frozen),
             )
-            keep = {
-                f.name: getattr(current, f.name)
-                for f in dataclasses.fields(current)
-                if f.name in frozen
-                or f"effective_{f.name}" in frozen
-                or f.name in ("device_plugin_dir", "pod_resources_socket")
-            }
-            new = dataclasses.replace(new, **keep)
+            new = _keep(new, current, frozen)
         return new
+
+
+def _keep(new: Settings, current: Settings, names: list[str]) -> Settings:
+    """``new`` with the running values of ``names`` (settings a reload cannot apply)."""
+    for name in names:
+        new = dataclasses.replace(new, **{name: getattr(current, name)})
+    return new

@@ -42,9 +42,9 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import Literal
 
-from kae_deviceplugin.core.ids import device_ids
-from kae_deviceplugin.core.model import UacceDevice
+from kae_deviceplugin.core.views import AdvertisedDevice
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,16 +180,18 @@ def _balanced(
     return [candidate for _, candidate in _deal(pool, chosen, 0)[: max(count, 0)]]
 
 
-POLICIES: Mapping[str, Policy] = MappingProxyType({"balanced": _balanced, "packed": _packed})
-DEFAULT_POLICY = "balanced"
+PolicyName = Literal["balanced", "packed"]
+POLICIES: Mapping[PolicyName, Policy] = MappingProxyType({"balanced": _balanced, "packed": _packed})
+DEFAULT_POLICY: PolicyName = "balanced"
 
 
-def check_policy(policy: str) -> str:
+def check_policy(policy: str) -> PolicyName:
     """Return ``policy`` if it names a policy, else raise ValueError listing the valid names."""
-    if policy not in POLICIES:
-        valid = ", ".join(sorted(POLICIES))
-        raise ValueError(f"unknown allocation policy {policy!r}; valid policies: {valid}")
-    return policy
+    for name in POLICIES:
+        if policy == name:
+            return name
+    valid = ", ".join(sorted(POLICIES))
+    raise ValueError(f"unknown allocation policy {policy!r}; valid policies: {valid}")
 
 
 def preferred_allocation(
@@ -231,18 +233,16 @@ def preferred_allocation(
     return answer
 
 
-def candidates_for(devices: Iterable[UacceDevice], shares: int) -> dict[str, Candidate]:
-    """Every kubelet ID of ``devices`` split ``shares`` ways, mapped to its candidate."""
-    candidates: dict[str, Candidate] = {}
-    for device in devices:
-        ids = device_ids(device.pci_address, shares)
-        for index, device_id in enumerate(ids):
-            candidates[device_id] = Candidate(
-                device_id=device_id,
-                pci_address=device.pci_address,
-                pf_address=device.pf_address,
-                numa_node=device.numa_node,
-                share=index if len(ids) > 1 else None,
-                healthy=device.healthy,
-            )
-    return candidates
+def candidates_of(advertised: Iterable[AdvertisedDevice]) -> dict[str, Candidate]:
+    """Every advertised kubelet ID (one per share of a device), mapped to its candidate."""
+    return {
+        a.id: Candidate(
+            device_id=a.id,
+            pci_address=a.device.pci_address,
+            pf_address=a.device.pf_address,
+            numa_node=a.device.numa_node,
+            share=a.share,
+            healthy=a.device.healthy,
+        )
+        for a in advertised
+    }

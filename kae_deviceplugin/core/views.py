@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.ids import device_ids
 from kae_deviceplugin.core.model import Function, Health, Inventory, UacceDevice
 
+Functions = Literal["all", "pf", "vf", "prefer-vf"]
+FUNCTIONS: tuple[Functions, ...] = get_args(Functions)
+
 
 @dataclass(frozen=True, slots=True)
-class EngineChoice:
-    """The per-engine settings that shape the advertised list."""
+class EngineSettings:
+    """How one engine is served: whether, how many containers per device, which PCI functions."""
 
     enabled: bool = True
-    shares: int = 1
-    functions: str = "all"
+    shares: int = 1  # how many containers may hold one device at once
+    functions: Functions = "all"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +54,13 @@ class ResourceView:
         return tuple((d.id, d.health.value, d.numa_node) for d in self.devices)
 
 
-def select_functions(devices: tuple[UacceDevice, ...], functions: str) -> tuple[UacceDevice, ...]:
-    """Apply the PF/VF choice: all, pf, vf, or prefer-vf (VFs where the engine has any)."""
+def select_functions(
+    devices: tuple[UacceDevice, ...], functions: Functions
+) -> tuple[UacceDevice, ...]:
+    """Apply the PF/VF choice: all, pf, vf, or prefer-vf (VFs where the engine has any).
+
+    prefer-vf: a PF that has spawned VFs shares its queues with them; serving both would oversell.
+    """
     if functions == "pf":
         return tuple(d for d in devices if d.function is Function.PF)
     if functions == "vf":
@@ -63,7 +72,7 @@ def select_functions(devices: tuple[UacceDevice, ...], functions: str) -> tuple[
 
 
 def build_view(
-    resource: str, devices: tuple[UacceDevice, ...], choice: EngineChoice
+    resource: str, devices: tuple[UacceDevice, ...], choice: EngineSettings
 ) -> ResourceView:
     advertised = tuple(
         AdvertisedDevice(device_id, device, None if choice.shares == 1 else share)
@@ -74,12 +83,12 @@ def build_view(
 
 
 def build_views(
-    inventory: Inventory, choices: Mapping[str, EngineChoice]
+    inventory: Inventory, choices: Mapping[str, EngineSettings]
 ) -> dict[str, ResourceView]:
     """Views for every enabled engine, including those with no devices right now."""
     views: dict[str, ResourceView] = {}
     for engine in ENGINES:
-        choice = choices.get(engine.name, EngineChoice())
+        choice = choices.get(engine.name, EngineSettings())
         if choice.enabled:
             views[engine.resource] = build_view(
                 engine.resource, inventory.for_resource(engine.resource), choice

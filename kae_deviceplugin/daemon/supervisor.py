@@ -25,7 +25,7 @@ from kae_deviceplugin.container.allocate import ContainerOptions, host_sysfs_pat
 from kae_deviceplugin.container.sysfs_view import sync_view
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
-from kae_deviceplugin.core.views import EngineChoice, ResourceView, build_views
+from kae_deviceplugin.core.views import ResourceView, build_views
 from kae_deviceplugin.daemon.dirwatch import DirWatch
 from kae_deviceplugin.discovery.incremental import IncrementalScanner
 from kae_deviceplugin.errors import SocketVanished
@@ -104,12 +104,6 @@ class Daemon:
             ),
             allocation_policy=s.allocation_policy,
         )
-
-    def engine_choices(self) -> dict[str, EngineChoice]:
-        return {
-            name: EngineChoice(e.enabled, e.shares, e.functions)
-            for name, e in self.settings.engines.items()
-        }
 
     # -- status read by probes and metrics (from another thread: only reads references) --------
 
@@ -226,7 +220,7 @@ class Daemon:
 
     async def _reconcile(self) -> None:
         self.sync_container_view()
-        views = build_views(self.inventory, self.engine_choices())
+        views = build_views(self.inventory, self.settings.engines)
         for resource in list(self.servers):
             if resource not in views:  # disabled: tell the kubelet "no devices", then go
                 self.publish(ResourceView(resource))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import grpc
 
-from kae_deviceplugin.api import KUBELET_SOCKET, VERSION, pb, pb_grpc
+from kae_deviceplugin.api import KUBELET_SOCKET, VERSION, pb, pb_grpc, plugin_options
 from kae_deviceplugin.errors import RegistrationFailed
 
 log = logging.getLogger(__name__)
@@ -28,9 +28,7 @@ async def register_once(device_plugin_dir: Path, endpoint: str, resource: str) -
             version=VERSION,
             endpoint=endpoint,
             resource_name=resource,
-            options=pb.DevicePluginOptions(
-                pre_start_required=False, get_preferred_allocation_available=True
-            ),
+            options=plugin_options(),
         )
         try:
             await stub.Register(request, timeout=REGISTER_TIMEOUT, wait_for_ready=False)

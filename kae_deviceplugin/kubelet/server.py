@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 
 from kae_deviceplugin import counters
-from kae_deviceplugin.api import list_and_watch_response, pb, pb_grpc
+from kae_deviceplugin.api import list_and_watch_response, pb, pb_grpc, plugin_options
 from kae_deviceplugin.container.allocate import (
     AllocationError,
     ContainerOptions,
@@ -39,7 +39,7 @@ class ServingPolicy:
     """Settings the servicer reads on each call (replaced wholesale on config reload)."""
 
     container: ContainerOptions
-    allocation_policy: str = placement.DEFAULT_POLICY
+    allocation_policy: placement.PolicyName = placement.DEFAULT_POLICY
 
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
@@ -74,26 +74,14 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         """Candidates of the current view, built once per view rather than once per call."""
         cached_view, cached = self._candidates
         if cached_view is not view:
-            cached = {
-                a.id: placement.Candidate(
-                    device_id=a.id,
-                    pci_address=a.device.pci_address,
-                    pf_address=a.device.pf_address,
-                    numa_node=a.device.numa_node,
-                    share=a.share,
-                    healthy=a.device.healthy,
-                )
-                for a in view.devices
-            }
+            cached = placement.candidates_of(view.devices)
             self._candidates = (view, cached)
         return cached
 
     async def GetDevicePluginOptions(
         self, request: pb.Empty, context: grpc.aio.ServicerContext[pb.Empty, pb.DevicePluginOptions]
     ) -> pb.DevicePluginOptions:
-        return pb.DevicePluginOptions(
-            pre_start_required=False, get_preferred_allocation_available=True
-        )
+        return plugin_options()
 
     async def ListAndWatch(
         self,

@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView
@@ -55,20 +56,6 @@ TEXT = "text/plain; charset=utf-8"
 
 def text(status: int, message: str) -> Response:
     return Response(status, TEXT, (message + "\n").encode())
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """Split ``:9410``, ``0.0.0.0:9410``, ``[::]:9410`` or ``host:9410``; "" host = every one."""
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"{address!r}: expected [HOST]:PORT, such as :9410")
-    if host.startswith("[") and host.endswith("]") and len(host) > 2:
-        host = host[1:-1]
-    elif ":" in host or "[" in host or "]" in host:
-        raise ValueError(f"{address!r}: write an IPv6 address in brackets, such as [::1]:9410")
-    if not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"{address!r}: the port must be a number from 0 to 65535")
-    return host, int(port)
 
 
 class _Server(ThreadingHTTPServer):

@@ -8,8 +8,10 @@ import sys
 from datetime import UTC, datetime
 from typing import Final
 
-LEVELS: Final = ("debug", "info", "warning", "error")
-FORMATS: Final = ("text", "json")
+from kae_deviceplugin.config.settings import LOG_FORMATS, LOG_LEVELS
+
+LEVELS: Final = LOG_LEVELS
+FORMATS: Final = LOG_FORMATS
 
 
 class JsonFormatter(logging.Formatter):

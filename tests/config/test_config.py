@@ -19,29 +19,25 @@ from kae_deviceplugin.config.file import (
     ENV_RULES,
     MAX_FILE_BYTES,
     SETTING_RULES,
-    ConfigError,
     FileConfig,
-    InvalidConfig,
-    did_you_mean,
     load_config_file,
     parse_config,
     parse_config_text,
-    parse_duration,
 )
-from kae_deviceplugin.config.settings import (
-    EngineSettings,
-    EnvSettings,
-    Settings,
-    changed_resources,
+from kae_deviceplugin.config.resolve import (
     check_config,
     enable_only,
     parse_engine_list,
     resolve_settings,
     restart_required,
 )
+from kae_deviceplugin.config.rules import did_you_mean, parse_duration
+from kae_deviceplugin.config.settings import EngineSettings, EnvSettings, Settings
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.model import Function
-from kae_deviceplugin.errors import KaeDevicePluginError
+from kae_deviceplugin.core.views import Functions, build_view
+from kae_deviceplugin.errors import ConfigError, InvalidConfig, KaeDevicePluginError
+from tests.core.test_placement import device
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -136,17 +132,6 @@ def test_the_full_example_in_the_docs_is_valid_and_means_what_it_says(tmp_path: 
     assert s == dataclasses.replace(
         Settings(), env=EnvSettings(openssl_engines="/usr/local/lib/engines-1.1")
     )
-
-
-def test_the_docs_table_lists_every_file_key() -> None:
-    """Every key the file accepts appears in the reference's key table."""
-    text = DOCS.read_text(encoding="utf-8")
-    documented = set(re.findall(r"^\| `([\w.<>*]+)`", text, re.M))
-    expected = {"version", "scanInterval", "registration", "allocationPolicy"}
-    expected |= {"containerSysfsView", "cdi", "metricsAddress", "log.level", "log.format"}
-    expected |= {"paths.*", "env.uadkNumaHint", "env.opensslEngines"}
-    expected |= {f"engines.<name>.{key}" for key in ENGINE_RULES}
-    assert documented == expected
 
 
 # ---- valid values ------------------------------------------------------------------------------
@@ -534,20 +519,23 @@ def test_enable_only_enables_exactly_the_named_engines() -> None:
     ("functions", "has_vfs", "pf", "vf"),
     [
         ("all", True, True, True),
-        ("all", False, True, True),
+        ("all", False, True, False),
         ("pf", True, True, False),
-        ("vf", False, False, True),
+        ("vf", True, False, True),
         ("prefer-vf", True, False, True),
         ("prefer-vf", False, True, False),
     ],
 )
 def test_functions_choose_which_pci_functions_are_served(
-    functions: str, has_vfs: bool, pf: bool, vf: bool
+    functions: Functions, has_vfs: bool, pf: bool, vf: bool
 ) -> None:
     """prefer-vf serves only VFs when the engine has any, else its PFs; the others are literal."""
-    engine = EngineSettings(functions=functions)
-    assert engine.serves(Function.PF, has_vfs) is pf
-    assert engine.serves(Function.VF, has_vfs) is vf
+    parent = device("0000:79:00.0", 0)
+    child = device("0000:79:00.1", 0, parent="0000:79:00.0")
+    devices = (parent, child) if has_vfs else (parent,)
+    view = build_view("openfuyao.com/kae.hpre", devices, EngineSettings(functions=functions))
+    served = {d.device.function for d in view.devices}
+    assert (Function.PF in served, Function.VF in served) == (pf, vf)
 
 
 # ---- durations and did-you-mean ------------------------------------------------------------------
@@ -618,33 +606,6 @@ def test_did_you_mean(word: str, expected: str | None) -> None:
 
 
 # ---- reload diffs --------------------------------------------------------------------------------
-
-RESOURCES = frozenset(engine.resource for engine in ENGINES)
-
-
-@pytest.mark.parametrize(
-    ("old_text", "new_text", "expected"),
-    [
-        ("", "", set()),
-        ("", "scanInterval: 5s\nlog: {level: debug}", set()),
-        ("", "engines: {hpre: {shares: 2}}", {"openfuyao.com/kae.hpre"}),
-        ("", "engines: {sec: {enabled: false}}", {"openfuyao.com/kae.sec"}),
-        ("engines: {sec: {enabled: false}}", "", {"openfuyao.com/kae.sec"}),
-        ("", "engines: {zip: {functions: vf}}", {"openfuyao.com/kae.zip"}),
-        ("", "allocationPolicy: packed", RESOURCES),
-        ("", "containerSysfsView: false", RESOURCES),
-        ("", "cdi: true", RESOURCES),
-        ("", "env: {uadkNumaHint: true}", RESOURCES),
-        (
-            "engines: {zip: {enabled: false}}",
-            "engines: {zip: {enabled: false, shares: 3}}\nallocationPolicy: packed",
-            RESOURCES - {"openfuyao.com/kae.zip"},
-        ),
-    ],
-)
-def test_changed_resources(old_text: str, new_text: str, expected: set[str]) -> None:
-    """Only resources whose serving changes restart; one disabled before and after never does."""
-    assert changed_resources(resolved(old_text), resolved(new_text)) == frozenset(expected)
 
 
 @pytest.mark.parametrize(

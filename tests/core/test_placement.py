@@ -16,12 +16,19 @@ from kae_deviceplugin.core.placement import (
     DEFAULT_POLICY,
     POLICIES,
     Candidate,
-    candidates_for,
+    candidates_of,
     check_policy,
     preferred_allocation,
 )
+from kae_deviceplugin.core.views import EngineSettings, build_view
 
 POLICY_NAMES = sorted(POLICIES)
+
+
+def candidates_for(devices: Sequence[UacceDevice], shares: int) -> dict[str, Candidate]:
+    """Candidates as the server builds them: from the resource view of ``devices``."""
+    view = build_view("openfuyao.com/kae.hpre", tuple(devices), EngineSettings(shares=shares))
+    return candidates_of(view.devices)
 
 
 def device(

@@ -13,7 +13,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from kae_deviceplugin.core.health import ALL_REASONS, ENGINE_STOPPED, ISOLATED
-from kae_deviceplugin.core.views import EngineChoice, build_views
+from kae_deviceplugin.core.views import EngineSettings, build_views
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.kubelet.podresources import Allocation, Allocations
 from kae_deviceplugin.observability.metrics import Snapshot, device_families, exposition
@@ -163,7 +163,7 @@ def test_openmetrics_is_served_when_asked_for() -> None:
 
 def snapshot_with(allocations: Allocations | None, shares: int = 1) -> Snapshot:
     inventory = scan(FIXTURES / TREE / "sys", FIXTURES / TREE / "dev")
-    views = build_views(inventory, {"hpre": EngineChoice(shares=shares)})
+    views = build_views(inventory, {"hpre": EngineSettings(shares=shares)})
     return Snapshot(inventory, views, frozenset(views), allocations)
 
 

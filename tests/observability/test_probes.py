@@ -15,12 +15,13 @@ from contextlib import contextmanager
 
 import pytest
 
+from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.kubelet.podresources import AllocationsHolder
 from kae_deviceplugin.observability import http
-from kae_deviceplugin.observability.http import HttpEndpoint, daemon_routes, parse_address
+from kae_deviceplugin.observability.http import HttpEndpoint, daemon_routes
 from tests.support.harness import DEADLINE
 from tests.support.observability_harness import observed_node, wait_until
 

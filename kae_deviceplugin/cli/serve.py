@@ -1,0 +1,114 @@
+"""`kae-deviceplugin serve`: its options, made from the settings table, and how they override.
+
+Every option comes from a row of :data:`kae_deviceplugin.config.schema.OPTIONS`: its flag, its
+``KAE_DP_*`` variable, its help and the default shown in ``--help``. Options default to "not
+given", so that only what was written on the command line or in the environment overrides the
+file: flags > env > file > defaults. Values go to the settings' own rules as written, so a flag and
+a file key accept the same spellings (``on``/``true``/``1``, choices in any case).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from kae_deviceplugin.config.reload import ConfigSource
+from kae_deviceplugin.config.resolve import enable_only, parse_engine_list, resolve_settings
+from kae_deviceplugin.config.schema import ENABLE_ENGINES_FLAG, ENV_PREFIX, OPTIONS, Option
+from kae_deviceplugin.config.settings import Settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+_ENGINES_PARAM = "enable_engines"
+
+
+def _metavar(option: Option) -> str:
+    if option.choices:
+        return "|".join(option.choices)
+    return {
+        "duration": "DURATION",
+        "boolean": "on|off",
+        "address": "HOST:PORT",
+        "path": "PATH",
+        "optional-path": "PATH",
+    }.get(option.kind, "VALUE")
+
+
+def _click_option(option: Option) -> Callable[[F], F]:
+    return click.option(
+        option.flag,
+        option.name if "." in option.field else option.field,
+        default=None,
+        metavar=_metavar(option),
+        envvar=option.env_var,
+        show_envvar=True,
+        help=f"{option.help}  [default: {option.default_text()}]",
+    )
+
+
+def serve_options(func: F) -> F:
+    """Decorate ``func`` with --config, every row of the settings table and --enable-engines."""
+    func = click.option(
+        ENABLE_ENGINES_FLAG,
+        _ENGINES_PARAM,
+        default=None,
+        metavar="hpre,sec,...",
+        envvar=ENV_PREFIX + _ENGINES_PARAM.upper(),
+        show_envvar=True,
+        help="Serve exactly these engines (commas or spaces); the others are disabled.  "
+        "[default: every engine]",
+    )(func)
+    for option in reversed(OPTIONS):
+        func = _click_option(option)(func)
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="YAML configuration file (version: v1); reloaded on change and on SIGHUP.",
+    )(func)
+
+
+def _as_given(option: Option, value: object) -> object:
+    """Command-line paths may be relative to the working directory; settings hold absolute ones."""
+    if option.kind in ("path", "optional-path") and isinstance(value, str) and value:
+        return str(Path(value).absolute())
+    return value
+
+
+def overrides_from(
+    ctx: click.Context, params: dict[str, Any]
+) -> tuple[dict[str, object], dict[str, str]]:
+    """The options given on the command line or in the environment, and how to name each."""
+    given: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    by_param = {(o.name if "." in o.field else o.field): o for o in OPTIONS}
+    for name, value in params.items():
+        source = ctx.get_parameter_source(name)
+        if source not in (
+            click.core.ParameterSource.COMMANDLINE,
+            click.core.ParameterSource.ENVIRONMENT,
+        ):
+            continue
+        from_env = source is click.core.ParameterSource.ENVIRONMENT
+        if name == _ENGINES_PARAM:
+            label = ENV_PREFIX + name.upper() if from_env else ENABLE_ENGINES_FLAG
+            given["engines"] = enable_only(parse_engine_list(value, label=label))
+            sources["engines"] = label
+            continue
+        option = by_param[name]
+        given[option.field] = _as_given(option, value)
+        sources[option.field] = option.env_var if from_env else option.flag
+    return given, sources
+
+
+def load_settings(
+    config_path: Path | None, overrides: dict[str, object], sources: dict[str, str]
+) -> tuple[Settings, ConfigSource | None]:
+    """Settings for serve; raises InvalidConfig listing every problem of flags, env and file."""
+    if config_path is None:
+        return resolve_settings(None, overrides, sources=sources), None
+    source = ConfigSource(config_path, overrides, sources)
+    return source.initial(), source

@@ -1,0 +1,285 @@
+"""The one table of settings: for each, its file key, flag, ``KAE_DP_*`` variable, rule and help.
+
+Everything else is derived from this table and from the defaults of
+:class:`~kae_deviceplugin.config.settings.Settings`: the keys the file accepts, the options of
+``serve`` with their help and defaults, the environment variables, which settings a reload
+cannot apply, and the reference table in ``docs/configuration.md`` (``render_reference``; a test
+proves the doc is current). Adding a setting is a field in ``Settings`` and a row here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+from kae_deviceplugin.config import rules
+from kae_deviceplugin.config.settings import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    REGISTRATIONS,
+    EngineSettings,
+    Settings,
+)
+from kae_deviceplugin.core.ids import MAX_SHARES
+from kae_deviceplugin.core.placement import POLICIES
+from kae_deviceplugin.core.views import FUNCTIONS
+
+ENV_PREFIX: Final = "KAE_DP_"
+
+# What a running daemon does when a reloaded file changes the setting.
+Reload = Literal["applied", "republished", "resource", "restart"]
+RELOAD_TEXT: Final[dict[Reload, str]] = {
+    "applied": "applied",
+    "republished": "applied, all resources republished",
+    "resource": "applied to that resource",
+    "restart": "restart",
+}
+# How a value is written, for flags (what to make absolute) and for the reference.
+Kind = Literal["duration", "choice", "boolean", "address", "path", "optional-path", "count"]
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One setting: where it lives in ``Settings`` and how each source spells it."""
+
+    field: str  # attribute of Settings, or "env.<attribute of EnvSettings>"
+    key: str  # the file key path: scanInterval, log.level, env.uadkNumaHint
+    rule: rules.Rule
+    kind: Kind
+    help: str
+    reload: Reload
+    choices: tuple[str, ...] = ()
+    derived_default: str | None = None  # how to show a default that follows another setting
+
+    @property
+    def name(self) -> str:
+        """The last part of the field: the flag and variable names are made from it."""
+        return self.field.rpartition(".")[2]
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env_var(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def section(self) -> str:
+        """The file section the key sits in ("" for the top level)."""
+        return self.key.rpartition(".")[0]
+
+    @property
+    def file_key(self) -> str:
+        return self.key.rpartition(".")[2]
+
+    def default_text(self) -> str:
+        """The default as a user writes it."""
+        if self.derived_default is not None:
+            return self.derived_default
+        return show_value(default_of(self.field), self.kind)
+
+
+def _option(
+    field: str,
+    key: str,
+    kind: Kind,
+    help: str,
+    reload: Reload,
+    *,
+    rule: rules.Rule | None = None,
+    **extra: str | tuple[str, ...],
+) -> Option:
+    rule = rule or {
+        "duration": rules.scan_interval,
+        "boolean": rules.boolean,
+        "address": rules.metrics_address,
+        "path": rules.path,
+        "optional-path": rules.optional(rules.path),
+    }.get(kind)
+    choices = extra.get("choices", ())
+    assert isinstance(choices, tuple)
+    if kind == "choice":
+        rule = rules.choice(choices)
+    assert rule is not None, kind
+    derived = extra.get("derived_default")
+    assert derived is None or isinstance(derived, str)
+    return Option(field, key, rule, kind, help, reload, choices, derived)
+
+
+OPTIONS: Final[tuple[Option, ...]] = (
+    _option("sysfs_root", "paths.sysfsRoot", "path", "Root of the sysfs tree to scan.", "restart"),
+    _option("dev_root", "paths.devRoot", "path", "Directory of the uacce device nodes.", "restart"),
+    _option("kubelet_root", "paths.kubeletRoot", "path", "The kubelet's --root-dir.", "restart"),
+    _option(
+        "device_plugin_dir",
+        "paths.devicePluginDir",
+        "optional-path",
+        "The kubelet's device-plugin directory (kubelet.sock and our sockets).",
+        "restart",
+        derived_default="<kubelet-root>/device-plugins",
+    ),
+    _option(
+        "pod_resources_socket",
+        "paths.podResourcesSocket",
+        "optional-path",
+        "The kubelet's pod-resources socket (who holds which device).",
+        "restart",
+        derived_default="<kubelet-root>/pod-resources/kubelet.sock",
+    ),
+    _option(
+        "state_dir",
+        "paths.stateDir",
+        "path",
+        "Node-wide files that Allocate answers point at (the container sysfs view).",
+        "restart",
+    ),
+    _option(
+        "nfd_features_file",
+        "paths.nfdFeaturesFile",
+        "optional-path",
+        "The node-feature-discovery local feature file; empty turns it off.",
+        "restart",
+    ),
+    _option("cdi_dir", "paths.cdiDir", "path", "Where the CDI spec is written.", "restart"),
+    _option(
+        "scan_interval",
+        "scanInterval",
+        "duration",
+        "How often sysfs is rescanned: seconds or a duration such as 500ms (above 0, at most 1h).",
+        "applied",
+    ),
+    _option(
+        "registration",
+        "registration",
+        "choice",
+        "How to register: Register on kubelet.sock, a socket in plugins_registry, or auto.",
+        "restart",
+        choices=REGISTRATIONS,
+    ),
+    _option(
+        "metrics_address",
+        "metricsAddress",
+        "address",
+        "HOST:PORT of /metrics, /healthz, /readyz and /allocations; empty turns it off.",
+        "restart",
+    ),
+    _option(
+        "allocation_policy",
+        "allocationPolicy",
+        "choice",
+        "Preferred allocation: balanced spreads over NUMA nodes and PFs, packed fills one first.",
+        "republished",
+        choices=tuple(POLICIES),
+    ),
+    _option(
+        "container_sysfs_view",
+        "containerSysfsView",
+        "boolean",
+        "Give each container a /sys/class/uacce in which only its own devices resolve.",
+        "republished",
+    ),
+    _option(
+        "cdi", "cdi", "boolean", "Also name the devices as CDI devices in Allocate.", "republished"
+    ),
+    _option("log_level", "log.level", "choice", "Log level.", "applied", choices=LOG_LEVELS),
+    _option(
+        "log_format",
+        "log.format",
+        "choice",
+        "text for people, json for one object per line.",
+        "applied",
+        choices=LOG_FORMATS,
+    ),
+    _option(
+        "env.uadk_numa_hint",
+        "env.uadkNumaHint",
+        "boolean",
+        "Set UADK's WD_*_CTX_NUM variables for the allocated devices' NUMA node in containers.",
+        "republished",
+    ),
+    _option(
+        "env.openssl_engines",
+        "env.opensslEngines",
+        "optional-path",
+        "OPENSSL_ENGINES in containers (the KAE engine's directory); empty leaves it unset.",
+        "republished",
+        rule=rules.optional(rules.path_text),  # an environment value: kept as text
+    ),
+)
+OPTIONS_BY_FIELD: Final = {option.field: option for option in OPTIONS}
+ENGINE_FIELDS: Final[dict[str, tuple[rules.Rule, str]]] = {
+    "enabled": (rules.boolean, "boolean"),
+    "shares": (rules.shares, f"integer 1 to {MAX_SHARES}"),
+    "functions": (rules.choice(FUNCTIONS), ", ".join(f"`{f}`" for f in FUNCTIONS)),
+}
+# The one flag that is not a row: it rewrites engines.<name>.enabled for every engine at once.
+ENABLE_ENGINES_FLAG: Final = "--enable-engines"
+
+
+def default_of(field: str) -> object:
+    """The default of a field path such as ``scan_interval`` or ``env.uadk_numa_hint``."""
+    value: object = Settings()
+    for part in field.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def show_value(value: object, kind: Kind) -> str:
+    """A value as a user would write it in a flag or the file."""
+    if value is None:
+        return '""'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if kind == "duration" and isinstance(value, float):
+        if value >= 1 and math.isclose(value, round(value)):
+            return f"{round(value)}s"
+        return f"{round(value * 1000)}ms"
+    if isinstance(value, Path):
+        return str(value)
+    return str(value) if value != "" else '""'
+
+
+def restart_only() -> tuple[str, ...]:
+    """Fields a reload cannot apply to a running daemon."""
+    return tuple(option.field for option in OPTIONS if option.reload == "restart")
+
+
+def _type_text(option: Option) -> str:
+    if option.choices:
+        return ", ".join(f"`{c}`" for c in option.choices)
+    return {
+        "duration": "seconds or duration, > 0 and <= 1h",
+        "boolean": "boolean",
+        "address": '`host:port`, `:port`, `[v6]:port`, `""`',
+        "path": "absolute path",
+        "optional-path": "absolute path or null",
+    }[option.kind]
+
+
+def render_reference() -> str:
+    """The reference table of docs/configuration.md, generated from the table above."""
+    lines = [
+        "| file key | flag and variable | type | default | reload | what it does |",
+        "|---|---|---|---|---|---|",
+        "| `version` | none | `v1` | required | n/a | The file format's version. |",
+    ]
+    for option in OPTIONS:
+        lines.append(
+            f"| `{option.key}` | `{option.flag}`, `{option.env_var}` | {_type_text(option)} | "
+            f"`{option.default_text()}` | {RELOAD_TEXT[option.reload]} | {option.help} |"
+        )
+    defaults = EngineSettings()
+    for name, (_, type_text) in ENGINE_FIELDS.items():
+        default = show_value(getattr(defaults, name), "count")
+        lines.append(
+            f"| `engines.<name>.{name}` | none | {type_text} | `{default}` | "
+            f"{RELOAD_TEXT['resource']} | See below. |"
+        )
+    lines.append(
+        f"| none | `{ENABLE_ENGINES_FLAG}`, `{ENV_PREFIX}ENABLE_ENGINES` | engine list | all | "
+        "n/a | Enable exactly the listed engines (`hpre,sec`) and disable the others. |"
+    )
+    return "\n".join(lines) + "\n"
