@@ -4,8 +4,10 @@
 # only it, with its dependencies) into a virtual environment; the runtime stage copies just that
 # environment, so no source tree, compiler or pip cache reaches the image.
 #
-#   docker buildx build --platform linux/arm64,linux/amd64 -t <repo>/kae-device-plugin:<tag> .
+#   docker buildx build --platform linux/arm64,linux/amd64 --build-arg VERSION=<version> \
+#       -t <repo>/kae-device-plugin:<version> .
 #   scripts/build-image.sh     (buildah, from a locally bootstrapped Debian base; see its header)
+#   docs/image.md              (both architectures, a manifest list, pushing, offline clusters)
 #
 # BASE_IMAGE must provide python3 (3.11+) with the venv module. The default is the official slim
 # image, whose tag is multi-arch; scripts/build-image.sh passes a debootstrapped Debian instead.
@@ -19,14 +21,26 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY kae_deviceplugin ./kae_deviceplugin
 # grpcio and protobuf publish manylinux wheels for aarch64 and x86_64, so nothing compiles here.
+# ensurepip seeds the venv with pip and (Python < 3.12) setuptools; neither is needed at run time,
+# so both are removed, and the step fails if any of their files is left. VERSION (the image label)
+# must be the package's own `__version__` when given: the step fails on a mismatch.
+ARG VERSION=""
 RUN python3 -m venv /opt/kae \
     && /opt/kae/bin/pip wheel --no-deps --wheel-dir /wheels . \
     && /opt/kae/bin/pip install --only-binary=:all: /wheels/kae_deviceplugin-*.whl \
-    && /opt/kae/bin/pip uninstall --yes pip \
-    && /opt/kae/bin/kae-deviceplugin --help >/dev/null
+    && /opt/kae/bin/pip uninstall --yes setuptools pip \
+    && left="$(find /opt/kae/bin /opt/kae/lib/python3*/site-packages -maxdepth 1 \
+        \( -name 'pip*' -o -name 'setuptools*' -o -name '_distutils_hack' \
+        -o -name 'distutils-precedence.pth' \))" \
+    && if [ -n "${left}" ]; then echo "left in the venv: ${left}" >&2; exit 1; fi \
+    && built="$(/opt/kae/bin/kae-deviceplugin --version)" \
+    && echo "${built}" \
+    && if [ -n "${VERSION}" ] && [ "${built##* }" != "${VERSION}" ]; then \
+        echo "VERSION=${VERSION} but the package says: ${built}" >&2; exit 1; fi
 
 FROM ${BASE_IMAGE}
-ARG VERSION=0.1.0
+# VERSION: the `__version__` literal of kae_deviceplugin/__init__.py (scripts/build-image.sh reads it).
+ARG VERSION=unknown
 ARG REVISION=unknown
 ARG CREATED=unknown
 LABEL org.opencontainers.image.title="kae-device-plugin" \

@@ -7,28 +7,40 @@
 # Needs: root, Debian packages `buildah` and `debootstrap` (apt-get install buildah debootstrap),
 # README.md present at the repository root (the wheel's metadata reads it).
 #
-# Usage: scripts/build-image.sh [--arch amd64|arm64] [--tag IMAGE] [--rebuild-base]
+# Usage: scripts/build-image.sh [--arch amd64|arm64] [--tag IMAGE] [--base-cache DIR] [--rebuild-base]
 #   --arch          target architecture (default: this machine's). A foreign one needs
 #                   qemu-user-static with binfmt_misc registered, for debootstrap and RUN steps.
 #   --tag           image name (default localhost/kae-device-plugin:<version>-<arch>)
-#   --rebuild-base  bootstrap the base again even if localhost/kae-base:bookworm-<arch> exists
+#   --base-cache    keep the bootstrapped root filesystem as a tarball in DIR and import it from
+#                   there when buildah's store has no base image, so debootstrap runs once per
+#                   suite, architecture and package set
+#   --rebuild-base  bootstrap the base again even if it exists (in the store or in --base-cache)
 # Environment: DEBIAN_MIRROR (default: the first Debian URI in this machine's apt sources).
 #
-# Afterwards: `buildah push <tag> docker-archive:/tmp/kae.tar` (or oci-archive:) to move it, or
-# combine two arches with `buildah manifest create` / `buildah manifest add`.
+# The version (tag and OCI label) is the `__version__` literal in kae_deviceplugin/__init__.py,
+# the package's single version source; it is read as text, the package is not imported.
+#
+# Afterwards: `buildah push <tag> oci-archive:/tmp/kae.tar:<tag>` (or docker-archive:) to move it,
+# or combine two arches with `buildah manifest create` / `buildah manifest add`; see docs/image.md.
+# scripts/cluster/plugin-image wraps this script with a content-keyed archive cache.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SUITE=bookworm
+# python3-venv gives `python3 -m venv` with pip; libudev1 is what pyudev loads.
+BASE_PACKAGES=python3,python3-venv,libudev1,ca-certificates
 arch="$(dpkg --print-architecture)"
 tag=""
+base_cache=""
 rebuild_base=false
+usage="usage: $0 [--arch amd64|arm64] [--tag IMAGE] [--base-cache DIR] [--rebuild-base]"
 while [[ $# -gt 0 ]]; do
     case "$1" in
-        --arch) arch="$2"; shift 2 ;;
-        --tag) tag="$2"; shift 2 ;;
+        --arch) arch="${2:?${usage}}"; shift 2 ;;
+        --tag) tag="${2:?${usage}}"; shift 2 ;;
+        --base-cache) base_cache="${2:?${usage}}"; shift 2 ;;
         --rebuild-base) rebuild_base=true; shift ;;
-        *) echo "usage: $0 [--arch amd64|arm64] [--tag IMAGE] [--rebuild-base]" >&2; exit 2 ;;
+        *) echo "${usage}" >&2; exit 2 ;;
     esac
 done
 
@@ -40,9 +52,14 @@ done
 [[ "$(id -u)" == 0 ]] || { log "run as root (debootstrap and buildah's chroot isolation need it)"; exit 1; }
 [[ -f "${REPO_ROOT}/README.md" ]] || { log "README.md is missing: the wheel build needs it"; exit 1; }
 
-version="$(sed -n 's/^version = "\(.*\)"/\1/p' "${REPO_ROOT}/pyproject.toml" | head -n1)"
+# The literal `__version__ = "X"` (flit reads the same line for the package metadata).
+version="$(sed -n 's/^__version__ *= *["'\'']\([^"'\'']*\)["'\''].*/\1/p' \
+    "${REPO_ROOT}/kae_deviceplugin/__init__.py" | head -n1)"
+[[ -n "${version}" ]] || { log "no __version__ literal in kae_deviceplugin/__init__.py"; exit 1; }
 tag="${tag:-localhost/kae-device-plugin:${version}-${arch}}"
-base="localhost/kae-base:${SUITE}-${arch}"
+# The base's name carries a digest of its package set, so changing the set bootstraps anew.
+base_id="${SUITE}-${arch}-$(printf '%s' "${BASE_PACKAGES}" | sha256sum | cut -c1-8)"
+base="localhost/kae-base:${base_id}"
 
 debian_mirror() {
     if [[ -n "${DEBIAN_MIRROR:-}" ]]; then
@@ -64,24 +81,49 @@ debian_mirror() {
 work="$(mktemp -d)"
 trap 'rm -rf "${work}"' EXIT
 
-if [[ "${rebuild_base}" == true ]] || ! buildah inspect --type image "${base}" >/dev/null 2>&1; then
+# Writes the bootstrapped root filesystem as a tarball to $1.
+bootstrap_rootfs() {
+    local out="$1" mirror
     mirror="$(debian_mirror)"
     log "bootstrapping ${SUITE}/${arch} from ${mirror} (a few minutes)"
-    # python3-venv gives `python3 -m venv` with pip; libudev1 is what pyudev loads.
-    debootstrap --variant=minbase --arch="${arch}" \
-        --include=python3,python3-venv,libudev1,ca-certificates \
+    debootstrap --variant=minbase --arch="${arch}" --include="${BASE_PACKAGES}" \
         "${SUITE}" "${work}/rootfs" "${mirror}" >"${work}/debootstrap.log" 2>&1 \
         || { tail -n 30 "${work}/debootstrap.log" >&2; exit 1; }
     rm -rf "${work}/rootfs/var/lib/apt/lists/"* "${work}/rootfs/var/cache/apt/"*.bin
-    tar -C "${work}/rootfs" --numeric-owner -cf "${work}/rootfs.tar" .
+    tar -C "${work}/rootfs" --numeric-owner -cf "${out}.part" .
+    mv -f "${out}.part" "${out}"
     rm -rf "${work}/rootfs"
+}
+
+# Imports the tarball $1 into buildah's store as ${base}.
+import_base() {
+    local ctr
     ctr="$(buildah from --arch "${arch}" scratch)"
-    buildah add "${ctr}" "${work}/rootfs.tar" / >/dev/null
+    buildah add "${ctr}" "$1" / >/dev/null
     buildah config --arch "${arch}" --os linux \
         --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         --cmd /bin/bash "${ctr}"
     buildah commit --rm "${ctr}" "${base}" >/dev/null
     log "base image ${base} ready"
+}
+
+base_tar="${work}/rootfs.tar"
+if [[ -n "${base_cache}" ]]; then
+    mkdir -p "${base_cache}"
+    base_tar="${base_cache}/debian-${base_id}-minbase.tar"
+fi
+if [[ "${rebuild_base}" == true ]]; then
+    bootstrap_rootfs "${base_tar}"
+    import_base "${base_tar}"
+elif ! buildah inspect --type image "${base}" >/dev/null 2>&1; then
+    if [[ -s "${base_tar}" ]]; then
+        log "importing the cached base ${base_tar}"
+    else
+        bootstrap_rootfs "${base_tar}"
+    fi
+    import_base "${base_tar}"
+else
+    log "reusing base image ${base}"
 fi
 
 # pip in the build talks to the package index over TLS. The host may reach it through a TLS proxy
@@ -93,7 +135,7 @@ fi
     [[ -n "${index}" ]] && printf 'index-url = %s\n' "${index}"
 } >"${work}/pip.conf"
 
-log "building ${tag}"
+log "building ${tag} (version ${version})"
 buildah bud --isolation chroot --layers=false \
     --platform "linux/${arch}" \
     --build-arg "BASE_IMAGE=${base}" \
@@ -104,5 +146,5 @@ buildah bud --isolation chroot --layers=false \
     --volume "${work}/pip.conf:/etc/pip.conf:ro" \
     --tag "${tag}" \
     --file "${REPO_ROOT}/Dockerfile" \
-    "${REPO_ROOT}"
+    "${REPO_ROOT}" >&2
 log "built ${tag}"
