@@ -6,11 +6,13 @@ import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal, Protocol
 
 import grpc
 
 from kae_deviceplugin.api import KUBELET_SOCKET, VERSION, pb, pb_grpc, plugin_options
 from kae_deviceplugin.errors import RegistrationFailed
+from kae_deviceplugin.kubelet.server import socket_name
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +70,65 @@ async def register_until_done(
         if on_registered is not None:
             on_registered()
         return
+
+
+class Registrar(Protocol):
+    """How resources get registered with the kubelet; chosen once, at start.
+
+    Two kinds exist: :class:`KubeletSocketRegistrar` calls Register on ``kubelet.sock``;
+    :class:`~kae_deviceplugin.kubelet.pluginwatcher.PluginWatcherRegistrar` puts our sockets in
+    ``plugins_registry``, where the kubelet registers a plugin when its socket is created.
+    """
+
+    socket_dir: Path  # where our DevicePlugin sockets live
+    needs_kubelet_socket: bool  # readiness needs kubelet.sock to exist
+    # What brings back a resource whose stream the kubelet ended: a new Register ("register"),
+    # or, where the kubelet acts only on socket creation, a new socket ("restart").
+    recovery: Literal["register", "restart"]
+
+    def add_servicers(self, server: grpc.aio.Server, resource: str, on_registered: Done) -> None:
+        """Add what the kubelet needs on our socket besides the DevicePlugin service."""
+
+    def register(self, resource: str, on_registered: Done) -> None:
+        """Start registering ``resource``, whose server is serving and has no open stream."""
+
+    def cancel(self, resource: str) -> None:
+        """Stop any registration of ``resource`` under way."""
+
+    def registering(self, resource: str) -> bool:
+        """A registration of ``resource`` is still under way."""
+
+
+Done = Callable[[str], None]
+
+
+class KubeletSocketRegistrar:
+    """Register over ``<device-plugin dir>/kubelet.sock``, retried with capped backoff."""
+
+    needs_kubelet_socket = True
+    recovery: Literal["register", "restart"] = "register"
+
+    def __init__(self, device_plugin_dir: Path) -> None:
+        self.socket_dir = device_plugin_dir
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def add_servicers(self, server: grpc.aio.Server, resource: str, on_registered: Done) -> None:
+        """Nothing: the kubelet only needs the DevicePlugin service."""
+
+    def register(self, resource: str, on_registered: Done) -> None:
+        self.cancel(resource)
+        self._tasks[resource] = asyncio.create_task(
+            register_until_done(
+                self.socket_dir, socket_name(resource), resource, lambda: on_registered(resource)
+            )
+        )
+
+    def cancel(self, resource: str) -> None:
+        task = self._tasks.pop(resource, None)
+        if task is not None:
+            task.cancel()
+
+    def registering(self, resource: str) -> bool:
+        """A Register call for ``resource`` is still under way (retrying)."""
+        task = self._tasks.get(resource)
+        return task is not None and not task.done()

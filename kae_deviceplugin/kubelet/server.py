@@ -58,9 +58,21 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self.policy = policy
         self.on_stream_lost = on_stream_lost
         self.stopping = False
-        self.streams = 0
+        # Every stream gets a serial number, so that readiness can count only streams opened
+        # after our registration began: a stream any client opened before proves nothing.
+        self.last_serial = 0
+        self.open_serials: set[int] = set()
         self._candidates: tuple[ResourceView | None, dict[str, placement.Candidate]] = (None, {})
         self._message: tuple[ResourceView | None, pb.ListAndWatchResponse | None] = (None, None)
+
+    @property
+    def streams(self) -> int:
+        """How many ListAndWatch streams are open now."""
+        return len(self.open_serials)
+
+    def streams_since(self, serial: int) -> int:
+        """How many open streams were opened after stream number ``serial``."""
+        return sum(1 for s in self.open_serials if s > serial)
 
     def message(self, view: ResourceView) -> pb.ListAndWatchResponse:
         """The ListAndWatch message of a view, built once however many streams send it."""
@@ -88,8 +100,10 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         request: pb.Empty,
         context: grpc.aio.ServicerContext[pb.Empty, pb.ListAndWatchResponse],
     ) -> AsyncIterator[pb.ListAndWatchResponse]:
-        self.streams += 1
-        log.debug("%s: ListAndWatch stream opened", self.resource)
+        self.last_serial += 1
+        serial = self.last_serial
+        self.open_serials.add(serial)
+        log.debug("%s: ListAndWatch stream %d opened", self.resource, serial)
         last_sent: object = None
         try:
             async for _version, view in self.latest.updates():
@@ -99,7 +113,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 last_sent = kubelet_view
                 yield self.message(view)
         finally:
-            self.streams -= 1
+            self.open_serials.discard(serial)
             if not self.stopping:
                 # The kubelet never re-dials a stream; only a new Register brings it back.
                 log.warning("%s: the kubelet closed its ListAndWatch stream", self.resource)
