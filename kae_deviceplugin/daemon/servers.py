@@ -56,9 +56,16 @@ class ServerSet:
     def streaming(self, resource: str) -> bool:
         """Registered, and the kubelet is streaming on a stream opened since the registration."""
         server = self.servers.get(resource)
-        if server is None or resource not in self.registered:
-            return False
-        return server.servicer.streams_since(self.registered_after.get(resource, 0)) > 0
+        return server is not None and resource in self.registered and self._answered(server)
+
+    def _answered(self, server: ResourceServer) -> bool:
+        """A stream opened since the registration began is open: the kubelet's answer to it.
+
+        A stream opened before (by any client of the socket) proves nothing about the kubelet,
+        so it neither makes the resource ready nor holds off its recovery.
+        """
+        since = self.registered_after.get(server.resource, 0)
+        return server.servicer.streams_since(since) > 0
 
     async def start(self, resource: str) -> None:
         for attempt in range(START_ATTEMPTS):
@@ -130,19 +137,22 @@ class ServerSet:
         re-registration is expected; answering every end at once would chase its own tail.
         """
         server = self.servers.get(resource)
-        if server is None or server.servicer.streams > 0 or self.stopping.is_set():
+        if server is None or self._answered(server) or self.stopping.is_set():
             return
         asyncio.get_running_loop().call_later(STREAM_GRACE, self._recover, resource, server)
 
     def _recover(self, resource: str, server: ResourceServer) -> None:
-        if self.servers.get(resource) is not server or server.servicer.streams > 0:
+        if self.servers.get(resource) is not server or self._answered(server):
             return  # restarted meanwhile, or the kubelet is streaming again
         if self.stopping.is_set():
             return
         self.registered.discard(resource)
-        if self.registrar.recovery == "restart":
-            # The kubelet acts only on a socket being created: make it a new one.
-            log.info("%s: no stream for %.1f s; re-creating its socket", resource, STREAM_GRACE)
+        # Where the kubelet acts only on a socket being created, make it a new one; and where
+        # some older stream is still open, end it first: no Register while a stream is open.
+        if self.registrar.recovery == "restart" or server.servicer.streams:
+            log.info(
+                "%s: no kubelet stream for %.1f s; restarting its server", resource, STREAM_GRACE
+            )
             task = asyncio.get_running_loop().create_task(self._restart_one(resource, server))
             self._recoveries.add(task)  # held until done: the loop keeps only weak references
             task.add_done_callback(self._recoveries.discard)

@@ -4,6 +4,10 @@ Tests, benchmarks and the `demo` command drive a device plugin against it over r
 It reproduces the kubelet behaviours a plugin has to survive: validation and dial-back during
 Register, one ListAndWatch stream per registration that is never re-dialled, devices turning
 unhealthy when that stream ends, and a restart that deletes every socket in the directory.
+
+It also keeps the kubelet's quirk of kubernetes issue 121994: a second Register for a connected
+resource does not close the first connection, whose stream goes on feeding the device list, and
+when that older stream ends the kubelet disconnects the *current* client of the resource.
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ class KubeletEmulator:
         self._cond = threading.Condition()
         self._states: dict[str, ResourceState] = {}
         self._plugins: dict[str, _Plugin] = {}
+        self._superseded: dict[str, list[_Plugin]] = {}  # connections a newer Register replaced
+        self.disconnects_by_old_streams = 0  # times the issue-121994 quirk struck
         self._registrations: list[RegistrationRecord] = []
         self._rejections: list[Rejection] = []
         self._server: grpc.Server | None = None
@@ -118,7 +124,8 @@ class KubeletEmulator:
     def _end_streams(self, *, forget_devices: bool) -> None:
         with self._cond:
             plugins, self._plugins = self._plugins, {}
-        for plugin in plugins.values():
+            superseded, self._superseded = self._superseded, {}
+        for plugin in [*plugins.values(), *(p for old in superseded.values() for p in old)]:
             plugin.channel.close()  # cancels the ListAndWatch call; its thread then exits
             if plugin.thread is not None:
                 plugin.thread.join(timeout=5.0)
@@ -209,11 +216,19 @@ class KubeletEmulator:
 
     # -- Register --------------------------------------------------------------------------
 
-    def _register(self, request: api_pb2.RegisterRequest) -> str | None:
+    def register(
+        self, request: api_pb2.RegisterRequest, *, via_watcher: bool = False
+    ) -> str | None:
+        """What the kubelet does with a Register, or with a plugin its plugin watcher found."""
+        return self._register(request, via_watcher=via_watcher)
+
+    def _register(
+        self, request: api_pb2.RegisterRequest, *, via_watcher: bool = False
+    ) -> str | None:
         """Handle one Register; returns the reason for refusing it, or None when accepted."""
         with self._cond:
             epoch = self._epoch
-        reason = register_problem(request)
+        reason = register_problem(request, via_watcher=via_watcher)
         if reason is not None:
             return self._reject(request, reason)
         channel = grpc.insecure_channel(f"unix://{self.directory / request.endpoint}")
@@ -256,8 +271,11 @@ class KubeletEmulator:
             )
             plugin.thread.start()
             self._cond.notify_all()
-        if old is not None:
-            old.channel.close()
+            if old is not None and old.thread is not None and old.thread.is_alive():
+                # Not closed, as the kubelet does not close it: its stream goes on.
+                self._superseded.setdefault(request.resource_name, []).append(old)
+            elif old is not None:
+                old.channel.close()  # its stream had ended already
         return None
 
     def _reject(self, request: api_pb2.RegisterRequest, reason: str) -> str:
@@ -278,7 +296,8 @@ class KubeletEmulator:
             for response in stream:
                 devices = tuple(device_from_message(d) for d in response.devices)
                 with self._cond:
-                    if self._plugins.get(resource) is not plugin:
+                    # Like the kubelet, a superseded connection's messages still count.
+                    if plugin not in (self._plugins.get(resource), *self._superseded_of(resource)):
                         return
                     state = self._states[resource]
                     self._states[resource] = replace(
@@ -291,13 +310,31 @@ class KubeletEmulator:
         except grpc.RpcError:
             pass  # cancelled by us, or the plugin went away: both simply end the stream
         finally:
-            with self._cond:
-                if self._plugins.get(resource) is plugin:
-                    state = self._states[resource]
-                    self._states[resource] = replace(
-                        state, devices=all_unhealthy(state.devices), stream_ended=True
-                    )
-                    self._cond.notify_all()
+            self._stream_ended(resource, plugin)
+
+    def _superseded_of(self, resource: str) -> list[_Plugin]:
+        return self._superseded.get(resource, [])
+
+    def _stream_ended(self, resource: str, plugin: _Plugin) -> None:
+        """The kubelet's PluginDisconnected: it acts on the *current* client, whichever stream
+        ended."""
+        with self._cond:
+            current = self._plugins.get(resource)
+            if plugin in self._superseded_of(resource):
+                self._superseded[resource].remove(plugin)
+                plugin.channel.close()
+                if current is None:
+                    return
+                self.disconnects_by_old_streams += 1
+            elif current is not plugin:
+                return
+            state = self._states[resource]
+            self._states[resource] = replace(
+                state, devices=all_unhealthy(state.devices), stream_ended=True
+            )
+            self._cond.notify_all()
+        if current is not plugin and current is not None and current.stream is not None:
+            current.stream.cancel()  # type: ignore[no-untyped-call]  # untyped in grpc-stubs
 
 
 class _RegistrationService(api_pb2_grpc.RegistrationServicer):

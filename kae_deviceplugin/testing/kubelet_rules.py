@@ -48,11 +48,16 @@ def endpoint_problem(endpoint: str) -> str | None:
     return None
 
 
-def register_problem(request: api_pb2.RegisterRequest) -> str | None:
-    """Why the kubelet would refuse `request` before dialling back, or None."""
+def register_problem(request: api_pb2.RegisterRequest, *, via_watcher: bool = False) -> str | None:
+    """Why the kubelet would refuse `request` before dialling back, or None.
+
+    Through the plugin watcher the endpoint is the socket's full path, so only a Register call's
+    endpoint must be a file name inside the device-plugin directory.
+    """
     if request.version != API_VERSION:
         return f"unsupported device plugin API version {request.version!r}, want {API_VERSION!r}"
-    return resource_name_problem(request.resource_name) or endpoint_problem(request.endpoint)
+    endpoint = None if via_watcher else endpoint_problem(request.endpoint)
+    return resource_name_problem(request.resource_name) or endpoint
 
 
 @dataclass(frozen=True)
