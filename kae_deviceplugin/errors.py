@@ -5,6 +5,7 @@
     KaeDevicePluginError
     ├── InvalidConfig           a file, flag or KAE_DP_* value breaks a rule (every problem listed)
     ├── StartupError            serve cannot start: a path, the cause and the fix, on one line
+    ├── AllocationError         an Allocate the plugin refuses, with the gRPC status to answer
     ├── UnsafeSocketPath        a socket path we must not create, follow or delete
     ├── SocketInUse             another live process serves the socket we were about to create
     ├── SocketVanished          our freshly bound socket was deleted at once (a kubelet's sweep)
@@ -77,6 +78,14 @@ class InvalidConfig(KaeDevicePluginError):
 
 class StartupError(KaeDevicePluginError):
     """serve cannot start; the message names the path, the cause and the fix, on one line."""
+
+
+class AllocationError(KaeDevicePluginError):
+    """A request the plugin must refuse; ``code`` is the gRPC status name to answer with."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class UnsafeSocketPath(KaeDevicePluginError):

@@ -145,6 +145,24 @@ OPTIONS: Final[tuple[Option, ...]] = (
     ),
     _option("cdi_dir", "paths.cdiDir", "path", "Where the CDI spec is written.", "restart"),
     _option(
+        "host_sysfs_root",
+        "paths.hostSysfsRoot",
+        "optional-path",
+        "The host's own path of --sysfs-root, named in Allocate answers; set it only where the "
+        "daemon sees the host's sysfs under another prefix.",
+        "restart",
+        derived_default="<sysfs-root>",
+    ),
+    _option(
+        "host_dev_root",
+        "paths.hostDevRoot",
+        "optional-path",
+        "The host's own path of --dev-root, named in Allocate answers and the CDI spec; set it "
+        "only where the daemon sees the host's /dev under another prefix.",
+        "restart",
+        derived_default="<dev-root>",
+    ),
+    _option(
         "scan_interval",
         "scanInterval",
         "duration",

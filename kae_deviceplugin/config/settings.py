@@ -61,6 +61,11 @@ class Settings:
     state_dir: Path = Path("/var/lib/kae-deviceplugin")
     nfd_features_file: Path | None = Path("/etc/kubernetes/node-feature-discovery/features.d/kae")
     cdi_dir: Path = Path("/var/run/cdi")
+    # Where the host itself has sysfs and the device nodes, for the paths Allocate answers name:
+    # None means where the daemon reads them. Set only when the daemon sees the host's
+    # directories under another prefix (the chart mounts the host's /dev at /host/dev).
+    host_sysfs_root: Path | None = None
+    host_dev_root: Path | None = None
     scan_interval: float = 1.0
     registration: Registration = "auto"
     metrics_address: str = ":9410"  # "" disables the metrics endpoint

@@ -12,9 +12,12 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kae_deviceplugin.container.sysfs_view import container_pci_dir
 from kae_deviceplugin.core.model import UacceDevice
+
+if TYPE_CHECKING:  # edits names devices by qualified_name(): a type-only import, no cycle
+    from kae_deviceplugin.container.edits import ContainerEdits as DeviceEdits
 
 CDI_VERSION = "0.6.0"
 KIND = "openfuyao.com/kae"
@@ -25,19 +28,24 @@ def qualified_name(device: UacceDevice) -> str:
     return f"{KIND}={device.pci_address}"
 
 
-def device_entry(device: UacceDevice, host_pci_dir: str, sysfs_view: bool) -> dict[str, object]:
-    edits: dict[str, object] = {
-        "deviceNodes": [{"path": device.dev_node, "hostPath": device.dev_node, "permissions": "rw"}]
-    }
-    if sysfs_view:
-        edits["mounts"] = [
-            {
-                "hostPath": host_pci_dir,
-                "containerPath": container_pci_dir(device),
-                "options": ["ro", "rbind"],
-            }
+def device_entry(device: UacceDevice, edits: DeviceEdits) -> dict[str, object]:
+    """One device of the spec: its own container edits (``container.edits.device_edits``)."""
+    rendered: dict[str, object] = {
+        "deviceNodes": [
+            {"path": n.container_path, "hostPath": n.host_path, "permissions": n.permissions}
+            for n in edits.device_nodes
         ]
-    return {"name": device.pci_address, "containerEdits": edits}
+    }
+    if edits.mounts:
+        rendered["mounts"] = [
+            {
+                "hostPath": m.host_path,
+                "containerPath": m.container_path,
+                "options": ["ro", "rbind"] if m.read_only else ["rbind"],
+            }
+            for m in edits.mounts
+        ]
+    return {"name": device.pci_address, "containerEdits": rendered}
 
 
 def build_spec(entries: Iterable[dict[str, object]]) -> dict[str, object]:

@@ -21,7 +21,7 @@ from kae_deviceplugin import counters
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container import cdi
-from kae_deviceplugin.container.allocate import ContainerOptions, host_sysfs_path
+from kae_deviceplugin.container.edits import ContainerOptions, device_edits
 from kae_deviceplugin.container.sysfs_view import sync_view
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
@@ -93,6 +93,9 @@ class Daemon:
                 uadk_numa_hint=s.env.uadk_numa_hint,
                 openssl_engines=s.env.openssl_engines,
                 cdi=s.cdi,
+                host_sysfs_root=s.host_sysfs_root,
+                dev_root=s.dev_root,
+                host_dev_root=s.host_dev_root,
             ),
             allocation_policy=s.allocation_policy,
         )
@@ -239,11 +242,9 @@ class Daemon:
             if s.container_sysfs_view:
                 sync_view(s.state_dir, self.inventory.devices)
             if s.cdi:
+                options = self.serving_policy().container
                 entries = (
-                    cdi.device_entry(
-                        d, host_sysfs_path(d.pci_path, s.sysfs_root), s.container_sysfs_view
-                    )
-                    for d in self.inventory.devices
+                    cdi.device_entry(d, device_edits(d, options)) for d in self.inventory.devices
                 )
                 cdi.write_spec(s.cdi_dir, cdi.build_spec(entries))
             self.view_error_logged = False

@@ -13,17 +13,13 @@ import grpc
 
 from kae_deviceplugin import counters
 from kae_deviceplugin.api import list_and_watch_response, pb, pb_grpc, plugin_options
-from kae_deviceplugin.container.allocate import (
-    AllocationError,
-    ContainerOptions,
-    container_response,
-    resolve_request,
-)
+from kae_deviceplugin.container.allocate import resolve_request
+from kae_deviceplugin.container.edits import ContainerEdits, ContainerOptions, container_edits
 from kae_deviceplugin.core import placement
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.engines import ENGINES_BY_RESOURCE
 from kae_deviceplugin.core.views import ResourceView
-from kae_deviceplugin.errors import SocketVanished
+from kae_deviceplugin.errors import AllocationError, SocketVanished
 from kae_deviceplugin.kubelet.sockets import prepare_socket_path
 
 log = logging.getLogger(__name__)
@@ -32,6 +28,24 @@ log = logging.getLogger(__name__)
 def socket_name(resource: str) -> str:
     """A stable, self-explaining socket file name: openfuyao.com/kae.hpre -> kae-hpre.sock."""
     return f"kae-{ENGINES_BY_RESOURCE[resource].name}.sock"
+
+
+def allocate_answer(edits: ContainerEdits) -> pb.ContainerAllocateResponse:
+    """A container's edits as the kubelet's Allocate answer carries them."""
+    return pb.ContainerAllocateResponse(
+        devices=[
+            pb.DeviceSpec(
+                container_path=n.container_path, host_path=n.host_path, permissions=n.permissions
+            )
+            for n in edits.device_nodes
+        ],
+        mounts=[
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in edits.mounts
+        ],
+        envs=dict(edits.env),
+        cdi_devices=[pb.CDIDevice(name=name) for name in edits.cdi_devices],
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,9 +174,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                     )
                 for req in request.container_requests:
                     devices = resolve_request(view, list(req.devices_ids))
-                    response.container_responses.append(
-                        container_response(self.engine.name, devices, options)
-                    )
+                    edits = container_edits(self.engine.name, devices, options)
+                    response.container_responses.append(allocate_answer(edits))
             except AllocationError as err:
                 counters.allocation_failed(self.resource, err.code)
                 log.warning("Allocate refused: %s", err)

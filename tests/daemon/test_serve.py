@@ -56,15 +56,17 @@ def test_sockets_are_private() -> None:
 
 
 def test_allocate_gives_exactly_the_device_nodes_and_env() -> None:
-    """Allocate: one DeviceSpec per device (host path = container path, rw) and KAE_* env."""
+    """Allocate: one DeviceSpec per device (the node under the dev root the daemon reads, at
+    /dev/<name> in the container, rw) and KAE_* env."""
     with running_node("kunpeng920-2p-vfs") as node:
         assert node.wait_registered(3)
         answer = node.kubelet.allocate(HPRE, ["0000:79:00.1", "0000:b9:00.0"])
         (container,) = answer.container_responses
         specs = [(d.host_path, d.container_path, d.permissions) for d in container.devices]
+        dev = node.root / "dev"
         assert specs == [
-            ("/dev/hisi_hpre-10", "/dev/hisi_hpre-10", "rw"),
-            ("/dev/hisi_hpre-3", "/dev/hisi_hpre-3", "rw"),
+            (f"{dev}/hisi_hpre-10", "/dev/hisi_hpre-10", "rw"),
+            (f"{dev}/hisi_hpre-3", "/dev/hisi_hpre-3", "rw"),
         ]
         assert container.envs["KAE_HPRE_DEVICES"] == "hisi_hpre-10,hisi_hpre-3"
         assert container.envs["KAE_HPRE_PCI_ADDRESSES"] == "0000:79:00.1,0000:b9:00.0"

@@ -87,9 +87,16 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
 {{- $paths := dict
       "sysfsRoot" "/sys"
       "devRoot" (include "kae.hostDevMount" .)
+      "hostDevRoot" "/dev"
       "kubeletRoot" (include "kae.kubeletRoot" .)
       "stateDir" $c.stateDir
       "nfdFeaturesFile" (include "kae.nfdFeaturesFile" .) -}}
+{{- with .Values.devicePlugin.fixtureRoot }}
+{{- /* Test clusters: a fixture tree mounted at its own host path, so answers name real paths. */}}
+{{- $_ := set $paths "sysfsRoot" (printf "%s/sys" .) }}
+{{- $_ := set $paths "devRoot" (printf "%s/dev" .) }}
+{{- $_ := unset $paths "hostDevRoot" }}
+{{- end }}
 {{- $file := dict
       "version" "v1"
       "scanInterval" $c.scanInterval
