@@ -23,7 +23,12 @@ from typing import Final
 
 
 class KaeDevicePluginError(Exception):
-    """Base of every error the daemon raises on purpose."""
+    """Base of every error the daemon raises on purpose.
+
+    ``exit_code`` is what the process exits with when this error ends it (the README's table).
+    """
+
+    exit_code: int = 1
 
 
 class _Missing:
@@ -61,6 +66,8 @@ class ConfigError:
 class InvalidConfig(KaeDevicePluginError):
     """Every problem found in one file or one set of overrides, one per line."""
 
+    exit_code = 2
+
     def __init__(self, errors: Iterable[ConfigError], source: str | None = None) -> None:
         self.errors: tuple[ConfigError, ...] = tuple(errors)
         self.source = source
@@ -77,7 +84,14 @@ class InvalidConfig(KaeDevicePluginError):
 
 
 class StartupError(KaeDevicePluginError):
-    """serve cannot start; the message names the path, the cause and the fix, on one line."""
+    """serve cannot start; the message names the path, the cause and the fix, on one line.
+
+    ``code`` is the process exit code: 2 for a bad invocation, 3 for the environment.
+    """
+
+    def __init__(self, message: str, *, code: int = 3) -> None:
+        super().__init__(message)
+        self.exit_code = code
 
 
 class AllocationError(KaeDevicePluginError):
@@ -91,9 +105,13 @@ class AllocationError(KaeDevicePluginError):
 class UnsafeSocketPath(KaeDevicePluginError):
     """A socket path we must not create, follow or delete."""
 
+    exit_code = 3
+
 
 class SocketInUse(KaeDevicePluginError):
     """Another live process serves the socket we were about to create."""
+
+    exit_code = 3
 
 
 class SocketVanished(KaeDevicePluginError):

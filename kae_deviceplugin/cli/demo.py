@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -62,7 +63,9 @@ def describe(kubelet: KubeletEmulator, say: Callable[[str], None]) -> bool:
 
 def run_demo(tree: str, say: Callable[[str], None]) -> int:
     if tree not in TREES:
-        say(f"unknown tree {tree!r}; choose one of: {', '.join(sorted(TREES))}")
+        sys.stderr.write(
+            f"error: unknown tree {tree!r}; choose one of: {', '.join(sorted(TREES))}\n"
+        )
         return 2
     workdir = Path(tempfile.mkdtemp(prefix="kae-demo-", dir="/tmp"))
     try:

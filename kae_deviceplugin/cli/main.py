@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +22,12 @@ from kae_deviceplugin.errors import InvalidConfig
 from kae_deviceplugin.observability import logs
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class BadInvocation(click.ClickException):
+    """A bad option value: one "Error: ..." line and exit code 2, as for click's usage errors."""
+
+    exit_code = 2
 
 
 def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
@@ -110,7 +118,7 @@ def list_command(
         return
     for flag, root in (("--sysfs-root", sysfs_root), ("--dev-root", dev_root)):
         if not root.is_dir():
-            raise click.ClickException(f"{flag} {root}: not a directory")
+            raise BadInvocation(f"{flag} {root}: not a directory")
     inventory = scan(sysfs_root, dev_root)
     click.echo(render_json(inventory) if output == "json" else render_table(inventory))
 
@@ -150,7 +158,21 @@ def demo_command(tree: str) -> None:
     from kae_deviceplugin.cli.demo import run_demo  # noqa: PLC0415 -- keeps the emulator out of serve's start-up
 
     logs.configure("warning", "text")
-    raise SystemExit(run_demo(tree, click.echo))
+    raise SystemExit(run_demo(tree, echo_until_closed))
+
+
+def echo_until_closed(line: str) -> None:
+    """click.echo, except that a reader who left (``demo | head -1``) ends the output quietly.
+
+    The demo prints from the daemon's worker thread; a BrokenPipeError there would fail a root
+    task and log a traceback. Instead later lines go to /dev/null and the run finishes as usual.
+    """
+    try:
+        click.echo(line)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # also keeps the flush at exit from failing
+        os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,6 +11,7 @@ from kae_deviceplugin import __version__
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.daemon.hotplug import udev_task
+from kae_deviceplugin.daemon.preflight import check_roots, prepare_socket_dir
 from kae_deviceplugin.daemon.supervisor import Daemon
 from kae_deviceplugin.errors import KaeDevicePluginError
 from kae_deviceplugin.observability import http, nfd
@@ -35,14 +36,18 @@ def build_daemon(settings: Settings, source: ConfigSource | None = None) -> Daem
 
 
 def run_serve(settings: Settings, source: ConfigSource | None = None) -> int:
-    log.info(
-        "kae-deviceplugin %s starting: sysfs %s, device-plugin dir %s",
-        __version__,
-        settings.sysfs_root,
-        settings.effective_device_plugin_dir,
-    )
+    """Run serve to its end; the exit code (see the README's table of exit codes)."""
     try:
-        return asyncio.run(build_daemon(settings, source).run())
+        check_roots(settings)
+        daemon = build_daemon(settings, source)
+        prepare_socket_dir(daemon.socket_dir, daemon.server_set.registrar.socket_dir_role)
+        log.info(
+            "kae-deviceplugin %s starting: sysfs %s, sockets in %s",
+            __version__,
+            settings.sysfs_root,
+            daemon.socket_dir,
+        )
+        return asyncio.run(daemon.run())
     except KaeDevicePluginError as err:
-        log.critical("cannot run: %s", err)
-        return 1
+        log.critical("cannot start: %s", err)
+        return err.exit_code

@@ -20,7 +20,7 @@ import grpc
 from kae_deviceplugin import counters
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.views import ResourceView
-from kae_deviceplugin.errors import SocketVanished
+from kae_deviceplugin.errors import SocketVanished, StartupError
 from kae_deviceplugin.kubelet.registration import Registrar
 from kae_deviceplugin.kubelet.server import ResourceServer, ServingPolicy
 
@@ -80,6 +80,11 @@ class ServerSet:
             try:
                 await server.start()
                 break
+            except RuntimeError as err:  # grpc's "Failed to bind to address"
+                raise StartupError(
+                    f"{server.socket_path}: cannot serve there ({err}); run as root, or mount "
+                    "the kubelet's directory read-write"
+                ) from None
             except SocketVanished as err:
                 # A restarting kubelet sweeps the directory while we bind; the sweep ends soon.
                 if attempt == START_ATTEMPTS - 1:

@@ -27,11 +27,14 @@ from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView, build_views
 from kae_deviceplugin.daemon.kubelet_watch import KubeletWatch
+from kae_deviceplugin.daemon.preflight import prepare_socket_dir
 from kae_deviceplugin.daemon.servers import ServerSet
 from kae_deviceplugin.discovery.incremental import IncrementalScanner
+from kae_deviceplugin.errors import KaeDevicePluginError
 from kae_deviceplugin.kubelet.pluginwatcher import choose_registrar
 from kae_deviceplugin.kubelet.server import ResourceServer, ServingPolicy
 from kae_deviceplugin.observability.events import log_inventory_changes
+from kae_deviceplugin.observability.summary import log_summary
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +146,9 @@ class Daemon:
                     loop.remove_signal_handler(signum)
 
     async def _run_tasks(self) -> int:
-        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        prepare_socket_dir(self.socket_dir, self.server_set.registrar.socket_dir_role)
         await self.rescan()
+        log_summary(self.inventory)
         roots = [
             self.scan_loop(),
             self.kubelet_watch.run(),
@@ -155,8 +159,14 @@ class Daemon:
         done, _ = await asyncio.wait([*tasks, stop_waiter], return_when=asyncio.FIRST_COMPLETED)
         code = 0
         for task in done:
-            if task is not stop_waiter and not task.cancelled() and task.exception() is not None:
-                log.critical("stopping: a root task failed", exc_info=task.exception())
+            if task is stop_waiter or task.cancelled() or task.exception() is None:
+                continue
+            error = task.exception()
+            if isinstance(error, KaeDevicePluginError):  # a refusal we explain in one line
+                log.critical("stopping: %s", error)
+                code = error.exit_code
+            else:  # a bug: the traceback is what a report needs
+                log.critical("stopping: a root task failed", exc_info=error)
                 code = 1
         for task in [*tasks, stop_waiter]:
             task.cancel()

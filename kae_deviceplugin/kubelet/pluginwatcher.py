@@ -86,6 +86,7 @@ class PluginWatcherRegistrar:
 
     needs_kubelet_socket = False
     recovery: Literal["register", "restart"] = "restart"
+    socket_dir_role = "plugins_registry"
 
     def __init__(self, kubelet_root: Path) -> None:
         self.socket_dir = kubelet_root / "plugins_registry"

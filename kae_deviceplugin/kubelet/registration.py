@@ -81,6 +81,7 @@ class Registrar(Protocol):
     """
 
     socket_dir: Path  # where our DevicePlugin sockets live
+    socket_dir_role: str  # the kubelet's name for that directory, for messages
     needs_kubelet_socket: bool  # readiness needs kubelet.sock to exist
     # What brings back a resource whose stream the kubelet ended: a new Register ("register"),
     # or, where the kubelet acts only on socket creation, a new socket ("restart").
@@ -107,6 +108,7 @@ class KubeletSocketRegistrar:
 
     needs_kubelet_socket = True
     recovery: Literal["register", "restart"] = "register"
+    socket_dir_role = "device-plugins"
 
     def __init__(self, device_plugin_dir: Path) -> None:
         self.socket_dir = device_plugin_dir

@@ -78,9 +78,9 @@ def test_table_shows_health_reasons() -> None:
 
 
 def test_missing_root_is_one_clear_line_and_nonzero(tmp_path: Path) -> None:
-    """A root that does not exist: one error line naming it, exit code 1."""
+    """A root that does not exist: one error line naming it, exit code 2 (a bad option value)."""
     result = CliRunner().invoke(main, ["list", "--sysfs-root", str(tmp_path / "nope")])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "nope" in lines[0] and "--sysfs-root" in lines[0]
 
