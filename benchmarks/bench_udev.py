@@ -1,9 +1,9 @@
 """udev event to ListAndWatch update: umockdev's synthetic uevents, a real pyudev monitor.
 
-Reuses the ``daemon`` scenario of ``tests/support/umockdev_driver.py`` (the hotplug tests' driver): the
-whole daemon with its udev task and a 60 s scan interval, so only the uevent can explain a fast
-update. It has to run under ``umockdev-wrapper`` (the preload must be there when the interpreter
-starts), hence a subprocess.
+Reuses the ``daemon`` scenario of ``tests/support/umockdev_driver.py`` (the hotplug tests'
+driver): the whole daemon with its udev task and a 60 s scan interval, so only the uevent can
+explain a fast update. It has to run under ``umockdev-wrapper`` (the preload must be there when
+the interpreter starts), hence a subprocess.
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ def _not_measured(note: str) -> Figure:
 def run_driver(events: int, timeout: float) -> dict[str, Any]:
     wrapper = shutil.which("umockdev-wrapper")
     assert wrapper is not None
+    driver = ["-m", "tests.support.umockdev_driver", "daemon", "--count", str(events)]
     done = subprocess.run(
-        [wrapper, sys.executable, "-m", "tests.support.umockdev_driver", "daemon", "--count", str(events)],
+        [wrapper, sys.executable, *driver],
         cwd=REPO,
         capture_output=True,
         text=True,
