@@ -20,7 +20,7 @@ from kae_deviceplugin import __version__
 
 # A `_created` sample per counter and histogram child doubles their series and says only when the
 # process started, which `process_start_time_seconds` already does once.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
 PlatformCollector(registry=REGISTRY)
