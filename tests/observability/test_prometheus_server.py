@@ -1,0 +1,158 @@
+"""The README's PromQL against a real Prometheus server (Debian's package) scraping the daemon.
+
+Prometheus runs on loopback with a temporary configuration that scrapes the daemon's /metrics
+every second; every wait has a deadline. Skipped, saying so, where the binary is missing (CI
+installs the Debian package `prometheus`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator
+from tests.support.observability_harness import observed_node
+
+REPO = Path(__file__).resolve().parents[2]
+PROMETHEUS = shutil.which("prometheus")
+DEADLINE = 30.0
+HPRE = "openfuyao.com/kae.hpre"
+
+pytestmark = pytest.mark.skipif(
+    PROMETHEUS is None,
+    reason="the prometheus server is not installed (Debian package prometheus); not queried",
+)
+
+
+def readme_queries() -> list[str]:
+    """The queries of the README's promql block (each after the comment that explains it)."""
+    block = re.search(r"```promql\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    assert block is not None, "README has no promql block"
+    return [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def prometheus_scraping(target: str, workdir: Path) -> Iterator[str]:
+    """A Prometheus server scraping ``target`` every second; yields its base URL."""
+    assert PROMETHEUS is not None
+    config = workdir / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: kae\n"
+        "    honor_labels: true\n"
+        f"    static_configs: [{{targets: ['{target}'], labels: {{node: node-a}}}}]\n"
+    )
+    port = free_port()
+    log = (workdir / "prometheus.log").open("w")
+    server = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        ready = wait_for(lambda: _get(f"{base}/-/ready") is not None)
+        assert ready, (workdir / "prometheus.log").read_text()[-2000:]
+        yield base
+    finally:
+        server.terminate()
+        server.wait(timeout=DEADLINE)
+        log.close()
+
+
+def _get(url: str) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            body = answer.read()
+    except (urllib.error.URLError, OSError):
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body
+
+
+def query(base: str, promql: str) -> list[dict[str, Any]]:
+    answer = _get(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+    assert isinstance(answer, dict) and answer["status"] == "success", answer
+    result: list[dict[str, Any]] = answer["data"]["result"]
+    return result
+
+
+def wait_for(check: Callable[[], Any], timeout: float = DEADLINE) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.2)
+
+
+def test_readme_queries_answer_on_a_real_prometheus(tmp_path: Path) -> None:
+    """Who holds which device, free devices per node, and the error rate, before and after an
+    error, as a real Prometheus evaluates them on the daemon's scrapes."""
+    holders, free, errors = readme_queries()  # the README's order: holders, free, errors
+    with (
+        observed_node("kunpeng920-2p") as node,
+        PodResourcesEmulator(
+            node.workdir / "kubelet" / "pod-resources" / "kubelet.sock"
+        ) as kubelet_pods,
+    ):
+        kubelet_pods.set_pods([("shop", "checkout", "tls", HPRE, ["0000:79:00.0"])])
+        assert node.wait_registered(3)
+        target = node.base_url.removeprefix("http://")
+        with prometheus_scraping(target, tmp_path) as prometheus:
+            held = wait_for(lambda: query(prometheus, holders))
+            assert [(r["metric"]["pod"], r["metric"]["pci_address"]) for r in held] == [
+                ("checkout", "0000:79:00.0")
+            ]
+            assert held[0]["metric"]["namespace"] == "shop"  # ours, not the scrape target's
+            per_engine = wait_for(lambda: query(prometheus, free))
+            counts = {
+                (r["metric"]["node"], r["metric"]["engine"]): r["value"][1] for r in per_engine
+            }
+            assert counts == {
+                ("node-a", "hpre"): "1",
+                ("node-a", "sec"): "2",
+                ("node-a", "zip"): "2",
+            }
+            before = wait_for(lambda: query(prometheus, errors))
+            assert {r["metric"]["resource"] for r in before} >= {HPRE}  # present before any error
+            assert all(float(r["value"][1]) == 0 for r in before)
+            with pytest.raises(grpc.RpcError):
+                node.kubelet.allocate(HPRE, ["no-such-device"])
+
+            def hpre_errors() -> bool:
+                rates = {
+                    r["metric"]["resource"]: float(r["value"][1]) for r in query(prometheus, errors)
+                }
+                return rates.get(HPRE, 0) > 0
+
+            assert wait_for(hpre_errors)
