@@ -331,11 +331,14 @@ class _Scanner:
 
 
 def _module_version(driver_dir: str) -> str | None:
-    """The version of the module behind a driver: ``version`` where it sets MODULE_VERSION, else
-    ``srcversion`` (a checksum of its sources); a built-in driver may show neither."""
+    """The version of the module behind a driver, None where it has no module (built in)."""
     module_dir = _resolve_dir(f"{driver_dir}/module")
-    if module_dir is None:
-        return None
+    return None if module_dir is None else module_version(module_dir)
+
+
+def module_version(module_dir: str) -> str | None:
+    """A ``/sys/module/<name>`` directory's ``version`` where the module sets MODULE_VERSION, else
+    its ``srcversion`` (a checksum of its sources), else None."""
     found = (_text(read_attribute(f"{module_dir}/{a}")) for a in ("version", "srcversion"))
     return next((v for v in found if v is not None), None)
 
