@@ -13,6 +13,7 @@ from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.daemon.hotplug import udev_task
 from kae_deviceplugin.daemon.supervisor import Daemon
 from kae_deviceplugin.errors import KaeDevicePluginError
+from kae_deviceplugin.kubelet.pluginwatcher import use_plugin_watcher
 from kae_deviceplugin.observability import http, nfd
 
 log = logging.getLogger(__name__)
@@ -35,14 +36,16 @@ def build_daemon(settings: Settings, source: ConfigSource | None = None) -> Daem
 
 
 def run_serve(settings: Settings, source: ConfigSource | None = None) -> int:
-    log.info(
-        "kae-deviceplugin %s starting: sysfs %s, device-plugin dir %s",
-        __version__,
-        settings.sysfs_root,
-        settings.effective_device_plugin_dir,
-    )
     try:
-        return asyncio.run(build_daemon(settings, source).run())
+        daemon = build_daemon(settings, source)
+        log.info(
+            "kae-deviceplugin %s starting: sysfs %s, plugin sockets in %s (registration: %s)",
+            __version__,
+            settings.sysfs_root,
+            daemon.socket_dir,  # plugins_registry in plugin-watcher mode, not device-plugins
+            "plugin watcher" if use_plugin_watcher(settings) else "kubelet.sock",
+        )
+        return asyncio.run(daemon.run())
     except KaeDevicePluginError as err:
         log.critical("cannot run: %s", err)
         return 1
