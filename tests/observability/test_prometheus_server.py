@@ -23,8 +23,10 @@ from typing import Any
 
 import grpc
 import pytest
+import yaml
 
 from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator
+from tests.deploy.test_deploy import helm_run
 from tests.support.observability_harness import observed_node
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,13 +55,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def prometheus_scraping(target: str, workdir: Path) -> Iterator[str]:
+def prometheus_scraping(target: str, workdir: Path, rules: Path | None = None) -> Iterator[str]:
     """A Prometheus server scraping ``target`` every second; yields its base URL."""
     assert PROMETHEUS is not None
     config = workdir / "prometheus.yml"
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
+        + (f"rule_files: ['{rules}']\n" if rules else "")
+        + "scrape_configs:\n"
         "  - job_name: kae\n"
         "    honor_labels: true\n"
         f"    static_configs: [{{targets: ['{target}'], labels: {{node: node-a}}}}]\n"
@@ -156,3 +159,45 @@ def test_readme_queries_answer_on_a_real_prometheus(tmp_path: Path) -> None:
                 return rates.get(HPRE, 0) > 0
 
             assert wait_for(hpre_errors)
+
+
+def chart_rules(workdir: Path) -> Path:
+    """The chart's PrometheusRule groups as a rule file (skips the test without Helm 3)."""
+    chart = REPO / "deploy" / "helm" / "kae-device-plugin"
+    out = helm_run(
+        "template", "kae", str(chart), "--show-only", "templates/prometheusrule.yaml",
+        "--set", "metrics.prometheusRule.enabled=true",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rules = workdir / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": yaml.safe_load(out.stdout)["spec"]["groups"]}))
+    return rules
+
+
+def test_chart_alerts_go_pending_on_a_node_with_faults(tmp_path: Path) -> None:
+    """The chart's rules, loaded by a real Prometheus: an Unhealthy device and a resource the
+    kubelet never registered make their alerts pending (they fire after `for`)."""
+    rules = chart_rules(tmp_path)
+    with observed_node("faults", start_kubelet=False) as node:
+        target = node.base_url.removeprefix("http://")
+        with prometheus_scraping(target, tmp_path, rules) as prometheus:
+
+            def pending() -> set[tuple[str, str]]:
+                answer = _get(f"{prometheus}/api/v1/alerts")
+                alerts = answer["data"]["alerts"] if isinstance(answer, dict) else []
+                return {
+                    (
+                        a["labels"]["alertname"],
+                        a["labels"].get("device") or a["labels"].get("resource", ""),
+                    )
+                    for a in alerts
+                    if a["state"] == "pending"
+                }
+
+            want = {
+                ("KaeDeviceUnhealthy", "hisi_hpre-2"),
+                ("KaeDeviceUnhealthy", "hisi_zip-4"),
+                ("KaeResourceNotRegistered", HPRE),
+            }
+            assert wait_for(lambda: want <= pending()), pending()
+            assert ("KaeDeviceUnhealthy", "hisi_zip-5") not in pending()  # the healthy one
