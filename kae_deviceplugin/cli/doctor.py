@@ -175,7 +175,10 @@ def check_daemon(metrics_address: str) -> list[Row]:
     """A daemon's /readyz (registered and streamed from) and which resources it registered."""
     if not metrics_address:
         return [Row("daemon", Status.SKIP, "no --metrics-address to ask")]
-    base = endpoint_url(metrics_address)
+    try:
+        base = endpoint_url(metrics_address)
+    except ValueError as err:
+        return [Row("daemon", Status.FAIL, f"--metrics-address {err}")]
     try:
         status, body = _fetch(f"{base}/readyz")
     except (OSError, ValueError) as err:

@@ -130,3 +130,10 @@ def test_an_expired_feature_file_warns_without_blocking(tmp_path: Path) -> None:
     assert row["status"] == "warn" and "expired" in row["detail"]
     _code, report = doctor("kunpeng920-2p", "--nfd-features-file", str(tmp_path / "none"))
     assert by_check(report)["nfd feature file"][0]["status"] == "warn"
+
+
+def test_a_malformed_metrics_address_is_one_failing_row() -> None:
+    """A bad --metrics-address is reported as a row naming it, not a traceback."""
+    code, report = doctor("kunpeng920-2p", "--metrics-address", "nonsense")
+    (row,) = by_check(report)["daemon"]
+    assert code == 1 and row["status"] == "fail" and "nonsense" in row["detail"]
