@@ -301,7 +301,7 @@ class _Scanner:
         Devices share a handful of drivers, so each driver is looked up once per listing.
         """
         try:
-            driver_dir = os.path.normpath(f"{pci_dir}/{os.readlink(f'{pci_dir}/driver')}")
+            driver_dir = os.path.normpath(os.path.join(pci_dir, os.readlink(f"{pci_dir}/driver")))
         except OSError:
             return None, None
         if driver_dir not in self.drivers:
