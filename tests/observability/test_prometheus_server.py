@@ -47,6 +47,14 @@ def readme_queries() -> list[str]:
     return [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
 
 
+# What the prometheus-operator attaches to a target: our own namespace/pod/container labels
+# (the holder of a device, empty while free) must win over these, as honor_labels makes them.
+TARGET_LABELS = (
+    "{node: node-a, namespace: kae-system, pod: kae-device-plugin-x7k2p, "
+    "container: kae-device-plugin}"
+)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -65,7 +73,7 @@ def prometheus_scraping(target: str, workdir: Path, rules: Path | None = None) -
         + "scrape_configs:\n"
         "  - job_name: kae\n"
         "    honor_labels: true\n"
-        f"    static_configs: [{{targets: ['{target}'], labels: {{node: node-a}}}}]\n"
+        f"    static_configs: [{{targets: ['{target}'], labels: {TARGET_LABELS}}}]\n"
     )
     port = free_port()
     log = (workdir / "prometheus.log").open("w")
