@@ -52,16 +52,9 @@ def _not_measured(note: str) -> Figure:
 def run_driver(events: int, timeout: float) -> dict[str, Any]:
     wrapper = shutil.which("umockdev-wrapper")
     assert wrapper is not None
+    driver = ["-m", "tests.support.umockdev_driver", "daemon", "--count", str(events)]
     done = subprocess.run(
-        [
-            wrapper,
-            sys.executable,
-            "-m",
-            "tests.support.umockdev_driver",
-            "daemon",
-            "--count",
-            str(events),
-        ],
+        [wrapper, sys.executable, *driver],
         cwd=REPO,
         capture_output=True,
         text=True,

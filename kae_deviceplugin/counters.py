@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from prometheus_client import (
@@ -13,10 +13,14 @@ from prometheus_client import (
     Info,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
 )
 
 from kae_deviceplugin import __version__
 
+# A `_created` sample per counter and histogram child doubles their series and says only when the
+# process started, which `process_start_time_seconds` already does once.
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
 PlatformCollector(registry=REGISTRY)
@@ -30,6 +34,9 @@ ALLOCATIONS = Counter(
     ["resource"],
     registry=REGISTRY,
 )
+# The gRPC codes Allocate refuses with (container.allocate.AllocationError), each a series per
+# resource from the start, so an error-rate query has something to rate before the first error.
+ALLOCATION_ERROR_CODES = ("INVALID_ARGUMENT", "FAILED_PRECONDITION")
 ALLOCATION_ERRORS = Counter(
     "kae_allocation_errors",
     "Allocate calls refused, per resource and gRPC status code.",
@@ -86,3 +93,12 @@ def allocated(resource: str) -> None:
 
 def allocation_failed(resource: str, code: str) -> None:
     ALLOCATION_ERRORS.labels(resource, code).inc()
+
+
+def prime(resources: Iterable[str]) -> None:
+    """Create, at 0, every per-resource series of the enabled ``resources`` (idempotent)."""
+    for resource in resources:
+        ALLOCATIONS.labels(resource)
+        REGISTRATIONS.labels(resource)
+        for code in ALLOCATION_ERROR_CODES:
+            ALLOCATION_ERRORS.labels(resource, code)

@@ -42,7 +42,7 @@ render() {
     {
         header "Labels KAE nodes openfuyao.com/kae.{hpre,sec,zip,present}=true from their PCI IDs."
         "${HELM}" template "${RELEASE}" "${CHART}" --namespace "${NAMESPACE}" \
-            --show-only templates/nodefeaturerule.yaml
+            --set nfd.nodefeaturerules=true --show-only templates/nodefeaturerule.yaml
     } >"${dir}/nfd/nodefeaturerule.yaml"
 }
 

@@ -50,11 +50,21 @@ def from_endpoint(base_url: str, timeout: float = HTTP_TIMEOUT) -> list[Allocati
         detail = _error_of(err.read())
         raise AllocationsUnavailable(f"{url}: HTTP {err.code}{detail}") from err
     except (OSError, ValueError) as err:
-        raise AllocationsUnavailable(f"{url}: {err}") from err
+        raise AllocationsUnavailable(f"{url}: {_cause(err)}") from err
     try:
         return [Allocation.from_record(record) for record in payload["allocations"]]
     except (KeyError, TypeError, ValueError) as err:
         raise AllocationsUnavailable(f"{url}: unexpected answer ({err})") from err
+
+
+def _cause(err: Exception) -> str:
+    """What went wrong, in words: urllib wraps the socket error as "<urlopen error ...>"."""
+    reason = err.reason if isinstance(err, urllib.error.URLError) else err
+    if isinstance(reason, OSError) and reason.strerror:
+        return f"no daemon answers ({reason.strerror.lower()})"
+    if isinstance(reason, TimeoutError):
+        return "no answer (timed out)"
+    return str(reason)
 
 
 def _error_of(body: bytes) -> str:

@@ -34,10 +34,17 @@ def demo_settings(workdir: Path) -> Settings:
     )
 
 
-def describe(kubelet: KubeletEmulator, say: Callable[[str], None]) -> bool:
-    """Print what the kubelet sees, allocate one healthy device per engine; False on a failure."""
+def describe(kubelet: KubeletEmulator, say: Callable[[str], None], workdir: Path) -> bool:
+    """Print what the kubelet sees, allocate one healthy device per engine; False on a failure.
+
+    Host paths under the demo's temporary ``workdir`` are shown as ``<demo dir>``: the directory
+    is removed when the demo exits, so a printed absolute path would lead nowhere.
+    """
     resources = kubelet.resources()
     say(f"The kubelet sees {len(resources)} resources registered:")
+    say(
+        "  (capacity: every device the plugin lists; allocatable: the Healthy ones, which pods get)"
+    )
     for resource, devices in sorted(resources.items()):
         healthy = sum(d.healthy for d in devices)
         say(f"  {resource}: capacity {len(devices)}, allocatable {healthy}")
@@ -56,7 +63,8 @@ def describe(kubelet: KubeletEmulator, say: Callable[[str], None]) -> bool:
         for key, value in sorted(answer.envs.items()):
             say(f"    env    {key}={value}")
         for mount in answer.mounts:
-            say(f"    mount  {mount.host_path} -> {mount.container_path} (read-only)")
+            host = mount.host_path.replace(str(workdir), "<demo dir>")
+            say(f"    mount  {host} -> {mount.container_path} (read-only)")
         ok = ok and len(answer.devices) == 1
     return ok
 
@@ -83,11 +91,16 @@ def run_demo(tree: str, say: Callable[[str], None]) -> int:
                     REGISTRATION_DEADLINE,
                 )
                 say(f"Node {tree!r}: {len(daemon.inventory)} KAE devices discovered.")
-                outcome.append(registered and await asyncio.to_thread(describe, kubelet, say))
+                described = await asyncio.to_thread(describe, kubelet, say, workdir)
+                outcome.append(registered and described)
                 daemon.request_stop()
 
             daemon.extra_tasks.append(drive)
             code = asyncio.run(daemon.run())
+        say(
+            "<demo dir> is a temporary directory holding the node's sysfs and the plugin's state; "
+            "it is removed now. On a node these are /sys and --state-dir."
+        )
         return code if outcome == [True] else 1
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -26,6 +26,8 @@ JSON_KEYS: tuple[str, ...] = (
     "reasons",
     "dev_node",
     "dev_node_exists",
+    "driver",
+    "driver_version",
 )
 
 
@@ -48,6 +50,8 @@ def device_record(device: UacceDevice) -> dict[str, object]:
         "reasons": list(device.reasons),
         "dev_node": device.dev_node,
         "dev_node_exists": device.dev_node_exists,
+        "driver": device.driver,
+        "driver_version": device.driver_version,
     }
 
 
@@ -55,7 +59,25 @@ def render_json(inventory: Inventory) -> str:
     return json.dumps([device_record(d) for d in inventory], indent=2)
 
 
-_HEADER = ("ENGINE", "NAME", "PCI ADDRESS", "FUNC", "PF", "NUMA", "QUEUES", "HEALTH", "REASONS")
+_HEADER = (
+    "ENGINE",
+    "NAME",
+    "PCI ADDRESS",
+    "FUNC",
+    "PF",
+    "NUMA",
+    "QUEUES",
+    "DRIVER",
+    "HEALTH",
+    "REASONS",
+)
+
+
+def driver_shown(device: UacceDevice) -> str:
+    """``<driver> <version>`` for people: "unknown" where the module shows no version."""
+    if device.driver is None:
+        return "-"
+    return f"{device.driver} {device.driver_version or 'unknown'}"
 
 
 def _row(device: UacceDevice) -> tuple[str, ...]:
@@ -70,6 +92,7 @@ def _row(device: UacceDevice) -> tuple[str, ...]:
         shown(device.parent_pf),
         shown(device.numa_node),
         shown(device.available_instances),
+        driver_shown(device),
         device.health.value,
         ",".join(device.reasons) or "-",
     )

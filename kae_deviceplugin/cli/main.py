@@ -151,6 +151,49 @@ def check_config_command(path: Path) -> None:
     click.echo(f"{path}: valid")
 
 
+@main.command("doctor")
+@sysfs_root_option
+@dev_root_option
+@option(
+    "--kubelet-root",
+    type=click.Path(path_type=Path),
+    default=Path("/var/lib/kubelet"),
+    show_default=True,
+    help="The kubelet's root directory (device-plugins/ and sockets).",
+)
+@option(
+    "--metrics-address",
+    default=":9410",
+    show_default=True,
+    help="Where a running daemon serves /readyz; empty skips the daemon check.",
+)
+@option(
+    "--nfd-features-file",
+    default="/etc/kubernetes/node-feature-discovery/features.d/kae",
+    show_default=True,
+    help="The NFD feature file the daemon writes; empty skips the check.",
+)
+@option(
+    "--output",
+    "-o",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people; json for scripts.",
+)
+def doctor_command(*, output: str, nfd_features_file: str, **paths: Any) -> None:
+    """Explain why this node shows fewer KAE devices than expected; exit 1 if something blocks."""
+    from kae_deviceplugin.cli import doctor  # noqa: PLC0415 -- only this command needs it
+
+    logs.configure("error", "text")
+    targets = doctor.Targets(
+        nfd_features_file=Path(nfd_features_file) if nfd_features_file else None, **paths
+    )
+    rows = doctor.run_checks(targets)
+    click.echo(doctor.render_json(rows) if output == "json" else doctor.render_table(rows))
+    raise SystemExit(1 if doctor.blocking(rows) else 0)
+
+
 @main.command("demo")
 @option("--tree", default="kunpeng920-2p", show_default=True, help="Bundled node layout to serve.")
 def demo_command(tree: str) -> None:

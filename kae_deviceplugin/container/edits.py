@@ -124,7 +124,7 @@ def container_edits(
         (f"{engine.env_prefix}_PCI_ADDRESSES", ",".join(d.pci_address for d in devices)),
     ]
     if options.uadk_numa_hint:
-        env += sorted(uadk_numa_env(engine.uadk_algorithms, devices).items())
+        env += sorted(uadk_numa_env(devices).items())
     if options.openssl_engines:
         env.append(("OPENSSL_ENGINES", options.openssl_engines))
     return ContainerEdits(tuple(nodes), tuple(mounts), tuple(env), cdi_names)

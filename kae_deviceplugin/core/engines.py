@@ -17,8 +17,6 @@ class Engine:
     pf_device_id: str
     vf_device_id: str
     algorithms: tuple[str, ...]
-    # UADK names its per-algorithm context env vars WD_<ALG>_CTX_NUM after these.
-    uadk_algorithms: tuple[str, ...]
 
     @property
     def resource(self) -> str:
@@ -30,16 +28,9 @@ class Engine:
 
 
 ENGINES: tuple[Engine, ...] = (
-    Engine("hpre", "hisi_hpre", "0xa258", "0xa259", ("rsa", "dh"), ("RSA", "DH", "ECC")),
-    Engine(
-        "sec",
-        "hisi_sec2",
-        "0xa255",
-        "0xa256",
-        ("cipher", "digest", "aead"),
-        ("CIPHER", "DIGEST", "AEAD"),
-    ),
-    Engine("zip", "hisi_zip", "0xa250", "0xa251", ("zlib", "gzip"), ("COMP",)),
+    Engine("hpre", "hisi_hpre", "0xa258", "0xa259", ("rsa", "dh")),
+    Engine("sec", "hisi_sec2", "0xa255", "0xa256", ("cipher", "digest", "aead")),
+    Engine("zip", "hisi_zip", "0xa250", "0xa251", ("zlib", "gzip")),
 )
 
 ENGINES_BY_NAME: dict[str, Engine] = {engine.name: engine for engine in ENGINES}

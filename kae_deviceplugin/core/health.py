@@ -30,6 +30,26 @@ ALL_REASONS: tuple[str, ...] = (
     DEVICE_LINK_BROKEN,
 )
 
+# What an operator can do about each reason (shown by `kae-deviceplugin doctor`).
+REASON_FIXES: dict[str, str] = {
+    ISOLATED: "repeated hardware errors isolated the engine: read `dmesg | grep -i hisi`, then "
+    "reload its driver (modprobe -r, modprobe) or reset the PCI function to clear it",
+    ISOLATE_UNREADABLE: "the kernel's `isolate` file cannot be read: check dmesg and the driver "
+    "version; reload the driver",
+    ENGINE_STOPPED: "dev_state is -1 (the engine stopped after a failed reset or a hardware "
+    "error): read dmesg, then reload the driver or reset the PCI function",
+    DEV_STATE_UNREADABLE: "the kernel's `dev_state` file cannot be read: check dmesg and the "
+    "driver version; reload the driver",
+    DEV_NODE_MISSING: "no /dev/<name>: check that udev created it (`ls -l /dev/hisi_*`) and that "
+    "--dev-root points at the host's /dev (the chart mounts it at /host/dev)",
+    QUEUES_UNREADABLE: "available_instances cannot be read (driver mid-reset or broken): read "
+    "dmesg; reload the driver",
+    DRIVER_UNBOUND: "bind the PCI function to its driver: "
+    "`echo <pci address> > /sys/bus/pci/drivers/<driver>/bind`, or modprobe the driver",
+    DEVICE_LINK_BROKEN: "the uacce device's `device` link does not lead to its PCI function "
+    "(a kernel or driver fault): reload the driver, and report it with the kernel version",
+}
+
 _DEV_STATE_STOPPED = -1
 
 

@@ -44,6 +44,10 @@ class UacceDevice:
     pci_path: str
     health: Health
     reasons: tuple[str, ...] = ()
+    # The PCI function's kernel driver and its module's version (``version``, else
+    # ``srcversion``); None when unbound or unknown. Fixed until a rebind, which emits a uevent.
+    driver: str | None = None
+    driver_version: str | None = None
 
     @property
     def healthy(self) -> bool:

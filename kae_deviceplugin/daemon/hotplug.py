@@ -85,6 +85,8 @@ class _Drainer:
         self.errors = 0
         self.broken = asyncio.Event()
         self.last_error: BaseException | None = None
+        for action in sorted(RESCAN_ACTIONS):  # every counted action, at 0 from the start
+            counters.UDEV_EVENTS.labels(action)
 
     def __call__(self) -> None:
         for _ in range(MAX_EVENTS_PER_WAKEUP):

@@ -40,12 +40,14 @@ def run_serve(settings: Settings, source: ConfigSource | None = None) -> int:
     try:
         check_roots(settings)
         daemon = build_daemon(settings, source)
-        prepare_socket_dir(daemon.socket_dir, daemon.server_set.registrar.socket_dir_role)
+        registrar = daemon.server_set.registrar
+        prepare_socket_dir(daemon.socket_dir, registrar.socket_dir_role)
         log.info(
-            "kae-deviceplugin %s starting: sysfs %s, sockets in %s",
+            "kae-deviceplugin %s starting: sysfs %s, plugin sockets in %s (registration: %s)",
             __version__,
             settings.sysfs_root,
-            daemon.socket_dir,
+            daemon.socket_dir,  # plugins_registry in plugin-watcher mode, not device-plugins
+            "plugin watcher" if registrar.recovery == "restart" else "kubelet.sock",
         )
         return asyncio.run(daemon.run())
     except KaeDevicePluginError as err:

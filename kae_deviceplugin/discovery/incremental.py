@@ -488,8 +488,7 @@ class IncrementalScanner:
             dev_node_exists = is_link is not None and (not is_link or _exists(state.dev_node))
         driver_bound = _isdir(state.driver)
         if dev_node_exists is not state.dev_node_exists or driver_bound is not state.driver_bound:
-            state.dev_node_exists, state.driver_bound = dev_node_exists, driver_bound
-            changed = True
+            return None  # rare: read it in full, so a rebind also re-reads the driver version
         if changed:
             state.rebuild()
         return state.device

@@ -177,6 +177,7 @@ class _Scanner:
         self.dev_root = str(dev_root)
         self.class_dir = f"{self.sysfs_root}/class/uacce"
         self.warnings: list[str] = []
+        self.drivers: dict[str, tuple[str, str | None]] = {}  # driver dir -> name, version
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -184,6 +185,7 @@ class _Scanner:
 
     def entries(self) -> list[str] | Inventory:
         """The sorted names in ``class/uacce``, or the whole answer when it cannot be listed."""
+        self.drivers.clear()  # a new listing: modules may have been reloaded since the last one
         try:
             return sorted(os.listdir(self.class_dir))
         except FileNotFoundError:
@@ -251,6 +253,7 @@ class _Scanner:
             device_link_ok=link_ok,
         )
         algorithms = attrs("algorithms")
+        driver, driver_version = self.driver_of(pci_dir) if driver_bound else (None, None)
         device = UacceDevice(
             name=name,
             engine=engine.name,
@@ -271,6 +274,8 @@ class _Scanner:
             pci_path=pci_dir,
             health=volatile.health,
             reasons=volatile.reasons,
+            driver=driver,
+            driver_version=driver_version,
         )
         return DeviceRead(device, attrs.base, readings, driver_bound, link_ok)
 
@@ -289,6 +294,19 @@ class _Scanner:
             if PCI_ADDRESS.match(os.path.basename(by_path)):
                 return by_path, False
         return None, False
+
+    def driver_of(self, pci_dir: str) -> tuple[str | None, str | None]:
+        """The bound driver's name and its module's version, found through ``driver/module``.
+
+        Devices share a handful of drivers, so each driver is looked up once per listing.
+        """
+        try:
+            driver_dir = os.path.normpath(os.path.join(pci_dir, os.readlink(f"{pci_dir}/driver")))
+        except OSError:
+            return None, None
+        if driver_dir not in self.drivers:
+            self.drivers[driver_dir] = (os.path.basename(driver_dir), _module_version(driver_dir))
+        return self.drivers[driver_dir]
 
     @staticmethod
     def function_of(pci_dir: str, engine: Engine) -> tuple[Function, str | None]:
@@ -310,6 +328,19 @@ class _Scanner:
         if value is None:
             value = parse_int(read_attribute(f"{pci_dir}/numa_node"))
         return value if value is not None and value >= 0 else None
+
+
+def _module_version(driver_dir: str) -> str | None:
+    """The version of the module behind a driver, None where it has no module (built in)."""
+    module_dir = _resolve_dir(f"{driver_dir}/module")
+    return None if module_dir is None else module_version(module_dir)
+
+
+def module_version(module_dir: str) -> str | None:
+    """A ``/sys/module/<name>`` directory's ``version`` where the module sets MODULE_VERSION, else
+    its ``srcversion`` (a checksum of its sources), else None."""
+    found = (_text(read_attribute(f"{module_dir}/{a}")) for a in ("version", "srcversion"))
+    return next((v for v in found if v is not None), None)
 
 
 class _AttributeReader:

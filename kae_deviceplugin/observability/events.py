@@ -15,13 +15,18 @@ def log_inventory_changes(old: Inventory, new: Inventory) -> None:
     for pci, device in after.items():
         previous = before.get(pci)
         if previous is None:
-            log.info(
-                "device added: %s %s at %s (%s, NUMA %s)",
+            health = device.health.value
+            if not device.healthy:
+                health += ": " + ", ".join(device.reasons)
+            numa = "unknown" if device.numa_node is None else device.numa_node
+            log.log(
+                logging.INFO if device.healthy else logging.WARNING,
+                "device added: %s %s at %s (%s; NUMA %s)",
                 device.engine,
                 device.name,
                 pci,
-                device.health.value,
-                device.numa_node,
+                health,
+                numa,
             )
         elif previous.health is not device.health:
             if device.healthy:

@@ -4,6 +4,11 @@ Nothing here is updated as events happen: a scrape turns the current inventory, 
 views and the pod-resources answer into gauges, so the numbers can never drift from what the
 daemon actually serves. Label values come from sysfs and the kubelet, never from free text, and
 reasons come from the fixed codes in :mod:`kae_deviceplugin.core.health`, which bounds cardinality.
+
+Series per device: ``kae_device_info``, ``kae_device_healthy``, ``kae_device_available_queues``
+and one ``kae_device_allocated`` per holder (one while free), plus one
+``kae_device_unhealthy_reason`` per reason only while that reason holds: a zero for every code
+on every healthy device would be most of the exposition and say nothing ``healthy`` does not.
 """
 
 from __future__ import annotations
@@ -15,10 +20,9 @@ from dataclasses import dataclass
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from kae_deviceplugin.core.health import ALL_REASONS
 from kae_deviceplugin.core.model import Inventory, UacceDevice
 from kae_deviceplugin.core.views import ResourceView
-from kae_deviceplugin.counters import REGISTRY
+from kae_deviceplugin.counters import REGISTRY, prime
 from kae_deviceplugin.kubelet.podresources import Allocations
 
 DEVICE_LABELS = ("engine", "device", "pci_address")
@@ -56,7 +60,7 @@ def inventory_families(inventory: Inventory) -> list[Metric]:
     )
     reasons = GaugeMetricFamily(
         "kae_device_unhealthy_reason",
-        "1 for each reason the device is Unhealthy, 0 for the others (fixed set of codes).",
+        "1 for each reason the device is Unhealthy (a fixed set of codes); absent otherwise.",
         labels=[*DEVICE_LABELS, "reason"],
     )
     queues = GaugeMetricFamily(
@@ -77,11 +81,25 @@ def inventory_families(inventory: Inventory) -> list[Metric]:
             1,
         )
         healthy.add_metric(ids, 1 if device.healthy else 0)
-        for reason in ALL_REASONS:
-            reasons.add_metric([*ids, reason], 1 if reason in device.reasons else 0)
+        for reason in device.reasons:
+            reasons.add_metric([*ids, reason], 1)
         if device.available_instances is not None:
             queues.add_metric(ids, device.available_instances)
-    return [info, healthy, reasons, queues]
+    return [info, healthy, reasons, queues, driver_family(inventory)]
+
+
+def driver_family(inventory: Inventory) -> GaugeMetricFamily:
+    """One series per engine and bound driver with its module's version: a few per node."""
+    family = GaugeMetricFamily(
+        "kae_driver_info",
+        'The kernel driver of an engine\'s devices and its module version ("unknown" where the '
+        "module shows none); always 1.",
+        labels=["engine", "driver", "version"],
+    )
+    drivers = {(d.engine, d.driver, d.driver_version or "unknown") for d in inventory if d.driver}
+    for engine, driver, version in sorted(drivers):
+        family.add_metric([engine, driver, version], 1)
+    return family
 
 
 def allocated_family(
@@ -148,6 +166,7 @@ class SnapshotCollector:
         return self._collect()
 
     def _collect(self) -> Iterator[Metric]:
+        prime(self.snapshot.views)  # also resources a reload enabled since the start
         yield from REGISTRY.collect()
         yield from device_families(self.snapshot)
 

@@ -16,12 +16,15 @@ What this module writes (only engines with at least one device appear)::
     feature.node.kubernetes.io/kae-hpre.algorithms=rsa_dh
     feature.node.kubernetes.io/kae-hpre.algorithm.rsa=true
     feature.node.kubernetes.io/kae-hpre.algorithm.dh=true
+    feature.node.kubernetes.io/kae-hpre.driver-version=2.0.2
     feature.node.kubernetes.io/kae-hpre.pfs=2
     feature.node.kubernetes.io/kae-hpre.vfs=4
 
 ``algorithms`` joins the names in kernel order with ``_`` and is left out when that would not
 be a valid label value (over 63 characters); ``algorithm.<name>`` is the exact, always-present
 form for rules (``Exists``). ``api`` joins distinct values with ``.`` if devices disagree.
+``driver-version`` is the kernel module's ``version`` (else ``srcversion``), left out when it is
+unknown, when the engine's devices disagree (mid-upgrade) or when it is not a valid label value.
 Labels describe hardware, so unhealthy devices count. The expiry (an hour ahead, renewed at
 half-life) makes the labels vanish after the plugin is removed from a node instead of lying on.
 
@@ -93,6 +96,9 @@ def feature_labels(inventory: Inventory) -> dict[str, str]:
             key = f"{name}.algorithm.{_label_safe(algorithm)}"
             if valid_label_part(key):
                 labels[key] = "true"
+        versions = _distinct([d.driver_version for d in devices if d.driver_version])
+        if len(versions) == 1 and valid_label_part(versions[0]):
+            labels[f"{name}.driver-version"] = versions[0]
         labels[f"{name}.pfs"] = str(sum(d.function is Function.PF for d in devices))
         labels[f"{name}.vfs"] = str(sum(d.function is Function.VF for d in devices))
     return {LABEL_PREFIX + key: value for key, value in labels.items()}

@@ -19,6 +19,7 @@ from kae_deviceplugin.testing.sysfs_layout import (
     LAYOUTS,
     UACCE_MAJOR,
     DeviceSpec,
+    module_attributes,
     parse_bdf,
     pci_attributes,
     uacce_attributes,
@@ -189,6 +190,7 @@ def _ensure_function(root: Path, spec: DeviceSpec) -> Path:
     (bus / "devices").mkdir(parents=True, exist_ok=True)
     _link(fn / "subsystem", bus)
     _link(bus / "devices" / spec.pci_address, fn)
+    _ensure_module(root, spec)
     set_driver_bound(root, spec.pci_address, spec.driver_bound, spec.driver)
     if spec.parent_pf is None and "sriov_numvfs" not in spec.pci_attrs:
         _sync_numvfs(fn)  # re-adding a PF must not forget VFs that are already there
@@ -198,6 +200,19 @@ def _ensure_function(root: Path, spec: DeviceSpec) -> Path:
         _link(pf_dir / f"virtfn{index}", fn)
         _sync_numvfs(pf_dir)
     return fn
+
+
+def _ensure_module(root: Path, spec: DeviceSpec) -> None:
+    # A loaded module and its registered PCI driver, bound or not: sys/module/<driver> with its
+    # version files (the first device of a driver writes them) and the driver's `module` link.
+    module_dir = root / "sys" / "module" / spec.driver
+    if not module_dir.is_dir():
+        module_dir.mkdir(parents=True)
+        for attr, value in sorted(module_attributes(spec).items()):
+            _write(module_dir / attr, value)
+    driver_dir = root / "sys" / "bus" / "pci" / "drivers" / spec.driver
+    driver_dir.mkdir(parents=True, exist_ok=True)
+    _link(driver_dir / "module", module_dir)
 
 
 def _remove_function(root: Path, fn: Path) -> None:

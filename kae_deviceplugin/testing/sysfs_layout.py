@@ -7,6 +7,7 @@ disk. The values are those of a Kunpeng 920 (see FACTS.md section 3 and
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,19 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
 }
 # openEuler 4.19 put the attribute group in a named subdirectory.
 ATTRS_SUBDIR = {"kae1": "attrs"}
+
+# What ``/sys/module/<driver>`` shows about the module's version, per kernel family: the
+# out-of-tree KAE driver packages set MODULE_VERSION (``version``, and with it ``srcversion``); the
+# in-tree drivers set none, so only a kernel built with CONFIG_MODULE_SRCVERSION_ALL (as 5.10
+# distribution kernels often are) shows a ``srcversion``, and a 6.x one here shows neither.
+MODULE_VERSION_FILES: dict[str, tuple[str, ...]] = {
+    "kae1": ("version", "srcversion"),
+    "kae2": ("version", "srcversion"),
+    "mainline": ("srcversion",),
+    "mainline-isolate": (),
+}
+# Placeholder version strings of the right shape (the fake trees' own, not a release's).
+_MODULE_VERSION = {"kae1": "1.3.11", "kae2": "2.0.2"}
 
 # The kernel allocates the uacce major dynamically; any fixed value serves a fake tree.
 UACCE_MAJOR = 241
@@ -77,9 +91,10 @@ def vf_address(pf_address: str, index: int) -> str:
 class DeviceSpec:
     """One UACCE device and the PCI function it sits on.
 
-    ``attrs`` and ``pci_attrs`` override the defaults per file: a string is written (a newline is
-    added, as the kernel does, unless the string is empty or already ends with one), None leaves
-    the file out. Keys outside the layout add files.
+    ``attrs``, ``pci_attrs`` and ``module_attrs`` (the driver's ``/sys/module/<driver>`` files,
+    written by the first device of that driver) override the defaults per file: a string is
+    written (a newline is added, as the kernel does, unless the string is empty or already ends
+    with one), None leaves the file out. Keys outside the layout add files.
     """
 
     name: str
@@ -94,6 +109,7 @@ class DeviceSpec:
     driver_bound: bool = True
     dev_node: bool = True
     device_link: bool = True
+    module_attrs: Mapping[str, str | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if _NAME.match(self.name) is None:
@@ -165,4 +181,17 @@ def pci_attributes(spec: DeviceSpec) -> dict[str, str | None]:
         values["sriov_totalvfs"] = str(SRIOV_TOTALVFS)
         values["sriov_numvfs"] = "0"
     values.update(spec.pci_attrs)
+    return values
+
+
+def module_attributes(spec: DeviceSpec) -> dict[str, str | None]:
+    """The version files of the spec's driver module, after its overrides."""
+    # srcversion is 24 upper-case hex digits in the kernel (an MD4 of the sources); any stable
+    # digest of the driver's name gives a fake tree the same shape.
+    digest = hashlib.sha256(f"{spec.driver}/{spec.layout}".encode()).hexdigest().upper()[:24]
+    defaults = {"version": _MODULE_VERSION.get(spec.layout, ""), "srcversion": digest}
+    values: dict[str, str | None] = {
+        key: defaults[key] for key in MODULE_VERSION_FILES[spec.layout]
+    }
+    values.update(spec.module_attrs)
     return values

@@ -36,6 +36,7 @@ PROBE_ORDER: tuple[tuple[str, int], ...] = tuple(
 )
 QUEUES_PER_ENGINE = 1024
 PF_QUEUES = 256  # the drivers' pf_q_num default; the rest is shared by the VFs
+NO_MODULE_VERSION = {"version": None, "srcversion": None}
 
 
 def kunpeng_pf(driver: str, socket: int, ident: int, domain: int = 0, **changes: Any) -> DeviceSpec:
@@ -120,7 +121,8 @@ def _faults() -> list[DeviceSpec]:
         sec1,
         kunpeng_pf("hisi_hpre", 0, 2, attrs={"dev_state": "-1"}),
         kunpeng_pf("hisi_hpre", 1, 3, driver_bound=False),
-        kunpeng_pf("hisi_zip", 0, 4, dev_node=False),
+        # Its module shows neither version nor srcversion: the driver version is unknown.
+        kunpeng_pf("hisi_zip", 0, 4, dev_node=False, module_attrs=NO_MODULE_VERSION),
         kunpeng_pf("hisi_zip", 1, 5, attrs={"node_id": "-1"}, pci_attrs={"numa_node": ""}),
         vf_of(sec1, 0, 6, device_link=False, attrs={"available_instances": "768"}),
         DeviceSpec(

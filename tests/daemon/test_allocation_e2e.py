@@ -98,8 +98,11 @@ def test_uadk_numa_hint_and_openssl_engines_env() -> None:
         assert envs["WD_RSA_CTX_NUM"] == "sync:1@2,async:1@2"
         assert envs["OPENSSL_ENGINES"] == "/usr/local/lib/engines-1.1"
         zip_envs = node.kubelet.allocate(ZIP, ["0000:75:00.0"]).container_responses[0].envs
-        assert zip_envs["WD_COMP_CTX_NUM"] == "sync:1@0,async:1@0"
+        assert zip_envs["WD_COMP_CTX_NUM"] == (
+            "sync-comp:1@0,sync-decomp:1@0,async-comp:1@0,async-decomp:1@0"
+        )
         assert "WD_RSA_CTX_NUM" not in zip_envs
+        assert "WD_ECC_CTX_NUM" not in envs  # the fixture's hpre lists only rsa and dh
 
 
 def write_config(path: Path, text: str) -> None:

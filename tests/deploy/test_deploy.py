@@ -432,7 +432,7 @@ def test_rendered_config_is_accepted_by_the_daemon(objs: list[Obj], tmp_path: Pa
 
 def test_device_plugin_disabled_renders_no_daemonset() -> None:
     """devicePlugin.enabled=false keeps only cluster-level parts (the NodeFeatureRule here)."""
-    objs = render(None, "devicePlugin.enabled=false")
+    objs = render(None, "devicePlugin.enabled=false", "nfd.nodefeaturerules=true")
     assert [o["kind"] for o in objs] == ["NodeFeatureRule"]
 
 
@@ -457,7 +457,8 @@ def test_psa_refuses_to_take_over_shared_namespaces() -> None:
 
 def test_node_feature_rule_labels_each_engine_by_its_pci_ids() -> None:
     """Vendor 19e5 plus the engine table's PF and VF IDs give each engine label and presence."""
-    rules = {r["name"]: r for r in one(render(), "NodeFeatureRule")["spec"]["rules"]}
+    rule = one(render(None, "nfd.nodefeaturerules=true"), "NodeFeatureRule")
+    rules = {r["name"]: r for r in rule["spec"]["rules"]}
     vendor = HUAWEI_PCI_VENDOR.removeprefix("0x")
     all_ids: set[str] = set()
     for engine in ENGINES:

@@ -209,3 +209,58 @@ def test_second_entry_on_one_pci_function_is_skipped(tmp_path: Path) -> None:
     inventory = scan(root / "sys", root / "dev")
     assert [d.name for d in inventory if d.pci_address == "0000:79:00.0"] == ["hisi_hpre-2"]
     assert any("already reported" in w for w in inventory.warnings)
+
+
+@pytest.mark.parametrize(
+    ("tree", "version"),
+    [
+        ("kunpeng920-2p", "2.0.2"),  # KAE 2.0 package: MODULE_VERSION
+        ("kae1-4.19", "1.3.11"),
+        ("mainline-6.6", None),  # in-tree, no srcversion either: unknown
+    ],
+)
+def test_driver_version_comes_from_the_module_of_the_bound_driver(
+    tree: str, version: str | None
+) -> None:
+    """Each device reports its driver and the module's `version` (or None where there is none)."""
+    devices = scan_fixture(tree).devices
+    assert devices
+    for device in devices:
+        assert device.driver == device.name.rpartition("-")[0]
+        assert device.driver_version == version
+
+
+def test_srcversion_stands_in_where_the_module_sets_no_version() -> None:
+    """A 5.10 in-tree module has only `srcversion`: that is the version reported."""
+    for device in scan_fixture("mainline-5.10"):
+        module = FIXTURES / "mainline-5.10" / "sys" / "module" / str(device.driver)
+        assert device.driver_version == (module / "srcversion").read_text().strip()
+        assert not (module / "version").exists()
+
+
+def test_driver_version_follows_the_driver_module_link(tmp_path: Path) -> None:
+    """The module is the one the PCI function's driver links to, not one guessed by name."""
+    root = built(tmp_path, "kunpeng920-2p")
+    other = root / "sys" / "module" / "hisi_qm_ng"
+    other.mkdir()
+    (other / "version").write_text("9.9\n")
+    link = root / "sys" / "bus" / "pci" / "drivers" / "hisi_hpre" / "module"
+    link.unlink()
+    link.symlink_to("../../../../module/hisi_qm_ng")
+    found = {d.name: d for d in scan(root / "sys", root / "dev")}
+    assert found["hisi_hpre-2"].driver_version == "9.9"
+    assert found["hisi_zip-4"].driver_version == "2.0.2"
+    set_driver_bound(root, "0000:79:00.0", False)
+    unbound = {d.name: d for d in scan(root / "sys", root / "dev")}["hisi_hpre-2"]
+    assert (unbound.driver, unbound.driver_version) == (None, None)
+    link.unlink()  # a driver with no module (built in): known driver, unknown version
+    set_driver_bound(root, "0000:79:00.0", True)
+    builtin = {d.name: d for d in scan(root / "sys", root / "dev")}["hisi_hpre-2"]
+    assert (builtin.driver, builtin.driver_version) == ("hisi_hpre", None)
+
+
+def test_fault_tree_has_a_driver_without_any_version() -> None:
+    """The faults tree's zip module shows no version files: its devices say unknown (None)."""
+    found = {d.name: d for d in scan_fixture("faults")}
+    assert found["hisi_zip-4"].driver_version is None
+    assert found["hisi_sec2-0"].driver_version == "2.0.2"

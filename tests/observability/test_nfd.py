@@ -48,12 +48,26 @@ def test_labels_of_the_two_socket_vf_tree() -> None:
             f"{P}kae-{engine}.api": "hisi_qm_v2",
             f"{P}kae-{engine}.algorithms": "_".join(algorithms),
             **{f"{P}kae-{engine}.algorithm.{a}": "true" for a in algorithms},
+            f"{P}kae-{engine}.driver-version": "2.0.2",
             f"{P}kae-{engine}.pfs": "2",
             f"{P}kae-{engine}.vfs": "4",
         }
     labels = feature_labels(fixture_inventory("kunpeng920-2p-vfs"))
     assert {k: v for k, v in labels.items() if "kae-zip" not in k} == expected
     assert labels[P + "kae-zip.algorithms"] == "zlib_gzip"
+
+
+def test_driver_version_label_only_when_known_agreed_and_valid() -> None:
+    """srcversion serves where no version is set; unknown, mixed or invalid versions get none."""
+    labels = feature_labels(fixture_inventory("mainline-5.10"))
+    assert labels[P + "kae-hpre.driver-version"].isalnum()  # a srcversion checksum
+    assert not any("driver-version" in k for k in feature_labels(fixture_inventory("mainline-6.6")))
+    devices = fixture_inventory("kunpeng920-2p").devices
+    mixed = (dataclasses.replace(devices[0], driver_version="2.0.3"), *devices[1:])
+    bad = tuple(dataclasses.replace(d, driver_version="2.0 (rc1)") for d in devices)
+    assert P + "kae-hpre.driver-version" not in feature_labels(Inventory(mixed))
+    assert P + "kae-sec.driver-version" in feature_labels(Inventory(mixed))
+    assert not any("driver-version" in k for k in feature_labels(Inventory(bad)))
 
 
 def test_no_devices_no_labels() -> None:

@@ -1,0 +1,260 @@
+"""`kae-deviceplugin doctor`: why a node shows fewer KAE devices than expected, check by check.
+
+The checks follow the path from hardware to a pod: KAE drivers loaded, the uacce class, each
+device's health (with the fix for each reason), ``/dev`` nodes, the kubelet's directories and
+sockets, a daemon running and registered (its ``/readyz``), the NFD feature file. Each check is a
+function of the paths it reads and returns rows; only the daemon check talks to a process, with a
+short timeout. A ``fail`` row is something that keeps devices from pods (exit 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from kae_deviceplugin.cli.allocations import endpoint_url
+from kae_deviceplugin.core.engines import ENGINES
+from kae_deviceplugin.core.health import DEV_NODE_MISSING, REASON_FIXES
+from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.discovery.scan import module_version, scan
+from kae_deviceplugin.observability import nfd
+
+HTTP_TIMEOUT = 1.0
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"  # worth knowing, keeps no device from a pod
+    FAIL = "fail"  # keeps devices from pods
+    SKIP = "skip"  # not checked (disabled, or nothing to check)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    check: str
+    status: Status
+    detail: str
+    fixes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """Where to look; an empty metrics address or no features file skips that check."""
+
+    sysfs_root: Path
+    dev_root: Path
+    kubelet_root: Path
+    metrics_address: str
+    nfd_features_file: Path | None
+
+
+def check_drivers(sysfs_root: Path, inventory: Inventory) -> list[Row]:
+    """Each engine's driver module under ``module/`` (a built-in one shows only by its devices)."""
+    rows: list[Row] = []
+    for engine in ENGINES:
+        module = sysfs_root / "module" / engine.driver
+        has_devices = any(d.engine == engine.name for d in inventory)
+        if module.is_dir():
+            version = module_version(str(module)) or "unknown"
+            rows.append(Row(f"driver {engine.driver}", Status.OK, f"loaded, version {version}"))
+        elif has_devices:
+            rows.append(Row(f"driver {engine.driver}", Status.OK, "built into the kernel"))
+        else:
+            fix = f"modprobe {engine.driver} (openEuler's KAE driver packages); then see dmesg"
+            rows.append(Row(f"driver {engine.driver}", Status.WARN, "not loaded", (fix,)))
+    if all(row.status is Status.WARN for row in rows):
+        others = sorted(p.name for p in (sysfs_root / "module").glob("hisi_*"))
+        detail = f"no KAE driver loaded (other hisi_* modules: {', '.join(others) or 'none'})"
+        fix = "load hisi_hpre, hisi_sec2 and hisi_zip (and the KAE licence where a model needs one)"
+        rows.append(Row("drivers", Status.FAIL, detail, (fix,)))
+    return rows
+
+
+def check_uacce_class(sysfs_root: Path, inventory: Inventory) -> list[Row]:
+    """The class directory the drivers register their devices in, and what it holds."""
+    class_dir = sysfs_root / "class" / "uacce"
+    if not class_dir.is_dir():
+        fix = "load the KAE drivers (they pull in uacce); check `lspci -d 19e5:` lists the engines"
+        return [Row("uacce class", Status.FAIL, f"{class_dir} does not exist", (fix,))]
+    rows = [Row("uacce class", Status.WARN, warning) for warning in inventory.warnings]
+    if not inventory.devices:
+        fix = "check the engines are present (`lspci -d 19e5:`) and what the drivers say in dmesg"
+        rows.append(Row("uacce class", Status.FAIL, f"no KAE device in {class_dir}", (fix,)))
+    else:
+        counts = ", ".join(
+            f"{e.name} {sum(d.engine == e.name for d in inventory)}" for e in ENGINES
+        )
+        rows.insert(0, Row("uacce class", Status.OK, f"{len(inventory)} KAE devices ({counts})"))
+    return rows
+
+
+def check_devices(inventory: Inventory) -> list[Row]:
+    """One row per device: Healthy, or Unhealthy with each reason and its fix."""
+    rows = []
+    for d in inventory:
+        numa = "unknown" if d.numa_node is None else str(d.numa_node)
+        driver = f"{d.driver} {d.driver_version or 'unknown'}" if d.driver else "no driver"
+        where = f"{d.engine} {d.function.value.upper()} {d.pci_address}, NUMA {numa}, {driver}"
+        if d.healthy:
+            rows.append(Row(f"device {d.name}", Status.OK, f"{where}: Healthy"))
+            continue
+        fixes = tuple(f"{reason}: {REASON_FIXES[reason]}" for reason in d.reasons)
+        detail = f"{where}: Unhealthy ({', '.join(d.reasons)})"
+        rows.append(Row(f"device {d.name}", Status.FAIL, detail, fixes))
+    return rows
+
+
+def check_dev_nodes(dev_root: Path, inventory: Inventory) -> list[Row]:
+    """The device nodes the kubelet hands to containers."""
+    if not dev_root.is_dir():
+        fix = "--dev-root must name the host's /dev (the chart mounts it at /host/dev)"
+        return [Row("/dev nodes", Status.FAIL, f"{dev_root} is not a directory", (fix,))]
+    if not inventory.devices:
+        return [Row("/dev nodes", Status.SKIP, "no devices to look for")]
+    missing = [d.name for d in inventory if not d.dev_node_exists]
+    if missing:
+        detail = f"missing in {dev_root}: {', '.join(missing)}"
+        return [Row("/dev nodes", Status.FAIL, detail, (REASON_FIXES[DEV_NODE_MISSING],))]
+    return [Row("/dev nodes", Status.OK, f"all {len(inventory)} present in {dev_root}")]
+
+
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def check_kubelet(kubelet_root: Path) -> list[Row]:
+    """The kubelet's device-plugin directory and socket, the plugin watcher, pod-resources."""
+    plugins = kubelet_root / "device-plugins"
+    root_fix = "--kubelet-root must name the kubelet's root (k0s: /var/lib/k0s/kubelet)"
+    if not plugins.is_dir():
+        return [Row("kubelet", Status.FAIL, f"{plugins} does not exist", (root_fix,))]
+    rows = []
+    if _is_socket(plugins / "kubelet.sock"):
+        rows.append(Row("kubelet", Status.OK, f"{plugins}/kubelet.sock is a socket"))
+    else:
+        fix = "is the kubelet running, with the device-plugin feature and this root directory?"
+        rows.append(Row("kubelet", Status.FAIL, f"no socket {plugins}/kubelet.sock", (fix,)))
+    registry = kubelet_root / "plugins_registry"
+    ours = sorted(p.name for d in (plugins, registry) for p in d.glob("kae-*.sock"))
+    if ours:
+        rows.append(Row("plugin sockets", Status.OK, ", ".join(ours)))
+    else:
+        fix = "no daemon serves on this node: see the daemon check below and the DaemonSet"
+        rows.append(Row("plugin sockets", Status.WARN, "no kae-*.sock", (fix,)))
+    watcher = "present (auto registration uses it)" if registry.is_dir() else "absent"
+    rows.append(Row("plugin watcher", Status.OK, f"{registry} {watcher}"))
+    pod_resources = kubelet_root / "pod-resources" / "kubelet.sock"
+    if not _is_socket(pod_resources):
+        fix = "metrics and /allocations carry no pod names without it (the chart mounts it)"
+        rows.append(Row("pod-resources", Status.WARN, f"no socket {pod_resources}", (fix,)))
+    return rows
+
+
+def _fetch(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as answer:
+            return answer.status, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(errors="replace")
+
+
+def check_daemon(metrics_address: str) -> list[Row]:
+    """A daemon's /readyz (registered and streamed from) and which resources it registered."""
+    if not metrics_address:
+        return [Row("daemon", Status.SKIP, "no --metrics-address to ask")]
+    try:
+        base = endpoint_url(metrics_address)
+    except ValueError as err:
+        return [Row("daemon", Status.FAIL, f"--metrics-address {err}")]
+    try:
+        status, body = _fetch(f"{base}/readyz")
+    except (OSError, ValueError) as err:
+        reason = getattr(err, "reason", err)
+        fix = "start it (the chart's DaemonSet), or pass --metrics-address where it listens"
+        return [Row("daemon", Status.FAIL, f"nothing answers at {base}: {reason}", (fix,))]
+    registered = _registered(base)
+    if status == 200:
+        return [Row("daemon", Status.OK, f"ready at {base}; registered: {registered}")]
+    fix = "the kubelet has not registered it or streams from it: see the kubelet check and its log"
+    detail = f"not ready at {base} (HTTP {status}: {body.strip()}); registered: {registered}"
+    return [Row("daemon", Status.FAIL, detail, (fix,))]
+
+
+def _registered(base: str) -> str:
+    try:
+        _status, text = _fetch(f"{base}/metrics")
+        families = text_string_to_metric_families(text)
+        samples = [s for f in families if f.name == "kae_resource_registered" for s in f.samples]
+    except (OSError, ValueError):
+        return "unknown"
+    names = [s.labels["resource"] for s in samples if s.value == 1]
+    return ", ".join(sorted(names)) or "none"
+
+
+def check_nfd(features_file: Path | None, now: datetime) -> list[Row]:
+    """The NFD local feature file the daemon keeps: present, and not expired."""
+    if features_file is None:
+        return [Row("nfd feature file", Status.SKIP, "no --nfd-features-file to look at")]
+    try:
+        labels, expires = nfd.parse(features_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        fix = "the daemon writes it (--nfd-features-file); is NFD's features.d mounted?"
+        detail = f"cannot read {features_file}: {getattr(err, 'strerror', None) or err}"
+        return [Row("nfd feature file", Status.WARN, detail, (fix,))]
+    if expires is not None and expires <= now:
+        fix = "the daemon renews it hourly: is it still running on this node?"
+        detail = f"{features_file} expired at {expires.isoformat()}"
+        return [Row("nfd feature file", Status.WARN, detail, (fix,))]
+    return [Row("nfd feature file", Status.OK, f"{features_file}: {len(labels)} labels")]
+
+
+def run_checks(targets: Targets) -> list[Row]:
+    inventory = scan(targets.sysfs_root, targets.dev_root) if targets.sysfs_root.is_dir() else None
+    if inventory is None:
+        fix = "--sysfs-root must name the node's /sys"
+        rows = [Row("sysfs", Status.FAIL, f"{targets.sysfs_root} is not a directory", (fix,))]
+        inventory = Inventory()
+    else:
+        rows = [*check_drivers(targets.sysfs_root, inventory)]
+        rows += check_uacce_class(targets.sysfs_root, inventory)
+    rows += check_devices(inventory)
+    rows += check_dev_nodes(targets.dev_root, inventory)
+    rows += check_kubelet(targets.kubelet_root)
+    rows += check_daemon(targets.metrics_address)
+    rows += check_nfd(targets.nfd_features_file, datetime.now(UTC))
+    return rows
+
+
+def blocking(rows: Sequence[Row]) -> bool:
+    return any(row.status is Status.FAIL for row in rows)
+
+
+def render_json(rows: Sequence[Row]) -> str:
+    records = [
+        {**asdict(row), "status": row.status.value, "fixes": list(row.fixes)} for row in rows
+    ]
+    return json.dumps({"ok": not blocking(rows), "checks": records}, indent=2)
+
+
+def render_table(rows: Sequence[Row]) -> str:
+    width = max(len(row.check) for row in rows)
+    lines = []
+    for row in rows:
+        lines.append(f"{row.status.value.upper():<5} {row.check:<{width}}  {row.detail}")
+        lines += [f"{'':<5} {'':<{width}}  fix: {fix}" for fix in row.fixes]
+    failed = sum(row.status is Status.FAIL for row in rows)
+    lines.append(f"{failed} problem(s) keep devices from pods" if failed else "nothing blocks")
+    return "\n".join(lines)

@@ -1,0 +1,139 @@
+"""`kae-deviceplugin doctor` on the fixture trees and against a running daemon."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from kae_deviceplugin.cli.main import main
+from kae_deviceplugin.core.health import ALL_REASONS, REASON_FIXES
+from kae_deviceplugin.discovery.scan import scan
+from kae_deviceplugin.observability.nfd import FeatureFile, feature_labels
+from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator
+from tests.support.observability_harness import observed_node
+
+FIXTURES = Path(__file__).resolve().parents[2] / "sysfs_fixtures"
+
+
+def doctor(tree: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    """Exit code and JSON report of doctor on a fixture tree (no daemon asked unless given)."""
+    args = ["doctor", "-o", "json", "--sysfs-root", str(FIXTURES / tree / "sys")]
+    args += ["--dev-root", str(FIXTURES / tree / "dev"), "--nfd-features-file", ""]
+    result = CliRunner().invoke(main, [*args, "--metrics-address", "", *extra])
+    report: dict[str, Any] = json.loads(result.stdout)
+    return result.exit_code, report
+
+
+def by_check(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for row in report["checks"]:
+        rows.setdefault(row["check"], []).append(row)
+    return rows
+
+
+def test_every_reason_code_has_a_fix() -> None:
+    """The fix table sits beside the reason codes and covers each of them."""
+    assert set(REASON_FIXES) == set(ALL_REASONS)
+    assert all(fix.strip() for fix in REASON_FIXES.values())
+
+
+def test_faults_tree_names_each_unhealthy_device_with_the_fix_per_reason(tmp_path: Path) -> None:
+    """Each Unhealthy device fails with its reasons and one fix per reason; skipped entries warn."""
+    code, report = doctor("faults", "--kubelet-root", str(tmp_path))
+    assert code == 1 and report["ok"] is False
+    rows = by_check(report)
+    inventory = scan(FIXTURES / "faults" / "sys", FIXTURES / "faults" / "dev")
+    for device in inventory:
+        (row,) = rows[f"device {device.name}"]
+        if device.healthy:
+            assert row["status"] == "ok"
+            continue
+        assert row["status"] == "fail"
+        assert all(reason in row["detail"] for reason in device.reasons)
+        assert row["fixes"] == [f"{r}: {REASON_FIXES[r]}" for r in device.reasons]
+    assert "hisi_zip unknown" in rows["device hisi_zip-5"][0]["detail"]  # no version file
+    assert "hisi_hpre 2.0.2" in rows["device hisi_hpre-2"][0]["detail"]
+    warned = [r["detail"] for r in rows["uacce class"] if r["status"] == "warn"]
+    assert len(warned) == len(inventory.warnings) == 3
+    assert (
+        rows["/dev nodes"][0]["status"] == "fail"
+        and "hisi_zip-4" in rows["/dev nodes"][0]["detail"]
+    )
+
+
+def test_empty_node_fails_at_the_drivers_and_the_class(tmp_path: Path) -> None:
+    """No module, no class directory: doctor says so first, and the table says what blocks."""
+    code, report = doctor("empty-node", "--kubelet-root", str(tmp_path))
+    assert code == 1
+    rows = by_check(report)
+    assert rows["drivers"][0]["status"] == "fail"
+    assert rows["uacce class"][0]["status"] == "fail"
+    assert "does not exist" in rows["uacce class"][0]["detail"]
+    assert rows["/dev nodes"][0]["status"] == "skip"
+    assert rows["kubelet"][0]["status"] == "fail"  # no device-plugins dir under the given root
+    table = CliRunner().invoke(
+        main,
+        ["doctor", "--sysfs-root", str(FIXTURES / "empty-node" / "sys"), "--metrics-address", ""],
+    )
+    assert table.exit_code == 1
+    assert table.stdout.splitlines()[-1].endswith("keep devices from pods")
+    assert "fix: load the KAE drivers" in table.stdout
+
+
+def test_a_healthy_node_with_a_registered_daemon_passes(tmp_path: Path) -> None:
+    """The two-socket node, a kubelet, a daemon registered and ready, the NFD file: exit 0."""
+    with (
+        observed_node("kunpeng920-2p") as node,
+        PodResourcesEmulator(node.workdir / "kubelet" / "pod-resources" / "kubelet.sock"),
+    ):
+        assert node.wait_registered(3)
+        features = tmp_path / "kae"
+        FeatureFile(features).update(feature_labels(node.runner.daemon.inventory))
+        address = node.base_url.removeprefix("http://")
+        args = ["--kubelet-root", str(node.workdir / "kubelet"), "--metrics-address", address]
+        code, report = doctor("kunpeng920-2p", *args, "--nfd-features-file", str(features))
+        statuses = {row["check"]: row["status"] for row in report["checks"]}
+        assert code == 0 and report["ok"] is True, report
+        assert set(statuses.values()) == {"ok"}
+        (daemon,) = by_check(report)["daemon"]
+        assert (
+            "openfuyao.com/kae.hpre, openfuyao.com/kae.sec, openfuyao.com/kae.zip"
+            in daemon["detail"]
+        )
+        assert by_check(report)["plugin sockets"][0]["detail"].count("kae-") == 3
+
+
+def test_a_daemon_the_kubelet_never_registered_blocks(tmp_path: Path) -> None:
+    """No kubelet: the daemon answers /readyz with 503, which doctor reports as blocking."""
+    with observed_node("kunpeng920-2p", start_kubelet=False) as node:
+        address = node.base_url.removeprefix("http://")
+        args = ["--kubelet-root", str(node.workdir / "kubelet"), "--metrics-address", address]
+        code, report = doctor("kunpeng920-2p", *args)
+        rows = by_check(report)
+        assert code == 1
+        assert rows["daemon"][0]["status"] == "fail" and "not ready" in rows["daemon"][0]["detail"]
+        assert rows["kubelet"][0]["status"] in {"fail"}  # no kubelet.sock
+
+
+def test_an_expired_feature_file_warns_without_blocking(tmp_path: Path) -> None:
+    """A feature file past its expiry means no daemon renews it: a warning, not a failure."""
+    features = tmp_path / "kae"
+    past = datetime.now(UTC) - timedelta(hours=3)
+    inventory = scan(FIXTURES / "kunpeng920-2p" / "sys", FIXTURES / "kunpeng920-2p" / "dev")
+    FeatureFile(features, clock=lambda: past).update(feature_labels(inventory))
+    _code, report = doctor("kunpeng920-2p", "--nfd-features-file", str(features))
+    (row,) = by_check(report)["nfd feature file"]
+    assert row["status"] == "warn" and "expired" in row["detail"]
+    _code, report = doctor("kunpeng920-2p", "--nfd-features-file", str(tmp_path / "none"))
+    assert by_check(report)["nfd feature file"][0]["status"] == "warn"
+
+
+def test_a_malformed_metrics_address_is_one_failing_row() -> None:
+    """A bad --metrics-address is reported as a row naming it, not a traceback."""
+    code, report = doctor("kunpeng920-2p", "--metrics-address", "nonsense")
+    (row,) = by_check(report)["daemon"]
+    assert code == 1 and row["status"] == "fail" and "nonsense" in row["detail"]

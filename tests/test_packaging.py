@@ -1,0 +1,48 @@
+"""The package metadata: an SPDX licence, the licence text shipped, project URLs."""
+
+from __future__ import annotations
+
+import email.parser
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _pyproject() -> dict[str, object]:
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        return tomllib.load(handle)
+
+
+def test_licence_is_an_spdx_expression_with_its_text_in_the_repository() -> None:
+    """`license` is the PEP 639 string form, and the LICENSE file it names is Apache-2.0's text."""
+    project = _pyproject()["project"]
+    assert isinstance(project, dict)
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+    urls = project["urls"]
+    assert isinstance(urls, dict) and {"Homepage", "Source", "Issues"} <= urls.keys()
+    assert all(str(url).startswith("https://") for url in urls.values())
+
+
+def test_built_wheel_carries_the_licence_expression_text_and_urls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wheel pip builds has License-Expression, Project-URL and the licence text."""
+    buildapi = pytest.importorskip("flit_core.buildapi")
+    monkeypatch.chdir(ROOT)
+    wheel = zipfile.ZipFile(tmp_path / buildapi.build_wheel(str(tmp_path)))
+    dist_info = next(n.split("/")[0] for n in wheel.namelist() if ".dist-info/" in n)
+    metadata = email.parser.Parser().parsestr(wheel.read(f"{dist_info}/METADATA").decode())
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert metadata.get_all("License-File") == ["LICENSE"]
+    assert metadata["License"] is None  # the pre-PEP 639 free-text field is gone
+    labels = {url.split(",")[0] for url in metadata.get_all("Project-URL") or []}
+    assert {"Homepage", "Source", "Issues"} <= labels
+    assert wheel.read(f"{dist_info}/licenses/LICENSE") == (ROOT / "LICENSE").read_bytes()
