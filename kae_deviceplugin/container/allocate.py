@@ -40,6 +40,13 @@ class ContainerOptions:
     uadk_numa_hint: bool = False
     openssl_engines: str | None = None
     cdi: bool = False
+    view_problem: str | None = None  # the container view or CDI spec cannot be written: why
+
+
+def require_view(resource: str, options: ContainerOptions) -> None:
+    """Refuse to hand out a view of /sys/class/uacce (or CDI spec) that could not be written."""
+    if options.view_problem is not None and (options.sysfs_view or options.cdi):
+        raise AllocationError("FAILED_PRECONDITION", f"{resource}: {options.view_problem}")
 
 
 def resolve_request(view: ResourceView, ids: Sequence[str]) -> tuple[UacceDevice, ...]:

@@ -72,6 +72,7 @@ class Daemon:
         # Answers exactly what sysfs.scan() would, re-reading only volatile signals per tick.
         self.scanner = IncrementalScanner(settings.sysfs_root, settings.dev_root)
         self.view_error_logged = False
+        self.view_problem: str | None = None  # why the container view cannot be written, if so
         self._reload_requested = False
         self.loop: asyncio.AbstractEventLoop | None = None
         # asyncio primitives bind to the loop that first uses them, so creating them here is safe.
@@ -101,6 +102,7 @@ class Daemon:
                 uadk_numa_hint=s.env.uadk_numa_hint,
                 openssl_engines=s.env.openssl_engines,
                 cdi=s.cdi,
+                view_problem=self.view_problem,
             ),
             allocation_policy=s.allocation_policy,
         )
@@ -116,6 +118,8 @@ class Daemon:
     def ready(self) -> bool:
         """Every resource that has devices is registered and the kubelet is streaming from it."""
         if self.kubelet_identity is None and not use_plugin_watcher(self.settings):
+            return False
+        if self.view_problem is not None:
             return False
         wanted = [r for r, view in self.views.items() if view.devices]
         return all(
@@ -259,7 +263,9 @@ class Daemon:
                 )
                 cdi.write_spec(s.cdi_dir, cdi.build_spec(entries))
             self.view_error_logged = False
+            self.view_problem = None
         except OSError as err:
+            self.view_problem = str(err)
             if not self.view_error_logged:
                 log.error("cannot update the container view or CDI spec: %s", err)
                 self.view_error_logged = True

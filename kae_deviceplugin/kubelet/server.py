@@ -17,6 +17,7 @@ from kae_deviceplugin.container.allocate import (
     AllocationError,
     ContainerOptions,
     container_response,
+    require_view,
     resolve_request,
 )
 from kae_deviceplugin.core import placement
@@ -156,6 +157,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                     raise AllocationError(
                         "INVALID_ARGUMENT", f"{self.resource}: no container requests"
                     )
+                require_view(self.resource, options)
                 for req in request.container_requests:
                     devices = resolve_request(view, list(req.devices_ids))
                     response.container_responses.append(

@@ -40,6 +40,7 @@ LOOP_TIMEOUT = 2.0
 BIND_RETRY = 5.0
 REQUEST_TIMEOUT = 10.0  # a client that stalls mid-request loses its thread after this
 SHUTDOWN_POLL = 0.1  # how soon the serving thread notices a shutdown request
+NOT_READY = "not ready: resources not registered/streaming"
 T = TypeVar("T")
 
 
@@ -173,6 +174,8 @@ class Observed(Protocol):
     def views(self) -> Mapping[str, ResourceView]: ...
     @property
     def registered(self) -> Set[str]: ...
+    @property
+    def view_problem(self) -> str | None: ...
     def alive(self) -> bool: ...
     def ready(self) -> bool: ...
 
@@ -206,6 +209,17 @@ def daemon_routes(
 
         return route
 
+    def readyz(headers: Message) -> Response:
+        try:
+            passed, problem = on_loop(
+                loop, lambda: (daemon.ready(), daemon.view_problem), LOOP_TIMEOUT
+            )
+        except (TimeoutError, RuntimeError):
+            return text(503, "event loop not responding")
+        if problem is not None:  # the one reason the probe can name exactly
+            return text(503, f"not ready: {problem}")
+        return text(200, "ready") if passed else text(503, NOT_READY)
+
     def snapshot() -> Snapshot:
         return Snapshot(
             daemon.inventory, daemon.views, frozenset(daemon.registered), holder.current
@@ -233,7 +247,7 @@ def daemon_routes(
     return {
         "/metrics": metrics,
         "/healthz": probe(daemon.alive, "ok", "unhealthy: a daemon loop stopped ticking"),
-        "/readyz": probe(daemon.ready, "ready", "not ready: resources not registered/streaming"),
+        "/readyz": readyz,
         "/allocations": allocations,
     }
 
