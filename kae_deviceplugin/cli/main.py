@@ -17,6 +17,7 @@ from kae_deviceplugin.config.settings import Settings, check_config, resolve_set
 from kae_deviceplugin.daemon.run import run_serve
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.observability import logs
+from kae_deviceplugin.observability.events import log_warning_changes
 
 ENV_PREFIX = "KAE_DP_"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -112,6 +113,7 @@ def list_command(
         if not root.is_dir():
             raise click.ClickException(f"{flag} {root}: not a directory")
     inventory = scan(sysfs_root, dev_root)
+    log_warning_changes((), inventory.warnings)
     click.echo(render_json(inventory) if output == "json" else render_table(inventory))
 
 

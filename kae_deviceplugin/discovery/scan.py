@@ -179,8 +179,10 @@ class _Scanner:
         self.warnings: list[str] = []
 
     def warn(self, message: str) -> None:
+        # A value, not a log line: a broken entry is met on every tick, and the daemon logs
+        # each warning once when it appears and once when it clears (observability/events.py).
         self.warnings.append(message)
-        log.warning("%s", message)
+        log.debug("%s", message)
 
     def entries(self) -> list[str] | Inventory:
         """The sorted names in ``class/uacce``, or the whole answer when it cannot be listed."""
