@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,6 +188,30 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         return pb.PreStartContainerResponse()
 
 
+async def bind_privately(server: grpc.aio.Server, socket_path: Path) -> os.stat_result:
+    """Start ``server`` on ``socket_path``, a socket that is never reachable before it is 0600.
+
+    gRPC creates the socket itself, with the mode the process umask allows. Changing the umask
+    would affect every thread creating files meanwhile, so instead the socket is bound in a
+    fresh 0700 directory beside its final place, made 0600 there and renamed into place (a
+    listening unix socket keeps working under its new name). The directory's name starts with
+    a dot, which the kubelet's plugin watcher ignores. Returns the socket's stat at its place.
+    """
+    private = tempfile.mkdtemp(prefix=".kae-", dir=socket_path.parent)  # 0700, umask or not
+    bound = os.path.join(private, "s")
+    try:
+        server.add_insecure_port(f"unix://{bound}")
+        await server.start()
+        os.chmod(bound, 0o600)
+        os.rename(bound, socket_path)
+        return os.stat(socket_path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(bound)
+        with contextlib.suppress(OSError):
+            os.rmdir(private)
+
+
 class ResourceServer:
     """Owns one gRPC server and its socket; started and stopped by the supervisor only."""
 
@@ -212,19 +238,14 @@ class ResourceServer:
         pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
         if self.extra_servicers is not None:
             self.extra_servicers(server)
-        # The socket must never exist with looser permissions, not even for a moment.
-        old_umask = os.umask(0o177)
         try:
-            server.add_insecure_port(f"unix://{self.socket_path}")
-            await server.start()
-        finally:
-            os.umask(old_umask)
-        try:
-            os.chmod(self.socket_path, 0o600)
-            st = os.stat(self.socket_path)
+            st = await bind_privately(server, self.socket_path)
         except FileNotFoundError as err:
             await server.stop(None)
             raise SocketVanished(f"{self.socket_path} was removed as soon as it was bound") from err
+        except BaseException:
+            await server.stop(None)
+            raise
         self._identity = (st.st_dev, st.st_ino)
         self._server = server
         log.debug("%s: serving on %s", self.resource, self.socket_path)
