@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 
 from kae_deviceplugin.api import pb, pb_grpc
-from kae_deviceplugin.observability.http import HttpEndpoint
+from kae_deviceplugin.observability.http import HttpEndpoint, Response
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.support.harness import DEADLINE, short_tmpdir
@@ -224,3 +224,35 @@ def flood_unix(socket_path: Path, count: int) -> Iterator[None]:
     finally:
         for client in clients:
             client.close()
+
+
+def raw_status(port: int, request: bytes) -> int:
+    """The status code of the answer to ``request`` sent as is; 0 when the server just closed."""
+    with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE) as client:
+        with contextlib.suppress(OSError):
+            client.sendall(request)
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := client.recv(4096):
+                answer += chunk
+    found = re.match(rb"HTTP/1\.[01] (\d{3}) ", answer)
+    return int(found.group(1)) if found else 0
+
+
+def test_garbage_requests_get_clean_answers() -> None:
+    """An oversized head, a garbage request line, a POST and too many headers: 431, 400, 405,
+    400; the endpoint keeps answering /healthz."""
+    endpoint = HttpEndpoint({"/healthz": lambda headers: Response(200, "text/plain", b"ok\n")})
+    endpoint.start("127.0.0.1", 0)
+    try:
+        port = endpoint.port
+        huge = b"GET / HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n"
+        assert raw_status(port, huge) == 431
+        assert raw_status(port, b"\x00\xff garbage\r\n\r\n") == 400
+        assert raw_status(port, b"POST /healthz HTTP/1.1\r\n\r\n") == 405
+        many = b"GET /healthz HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n"
+        assert raw_status(port, many) == 400
+        assert raw_status(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") == 200
+        assert healthz(port) == 200
+    finally:
+        endpoint.stop()
