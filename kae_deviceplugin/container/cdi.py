@@ -50,8 +50,13 @@ def write_spec(cdi_dir: Path, spec: dict[str, object]) -> bool:
     followed or read.
     """
     data = (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode()
-    with safe_fs.open_root(cdi_dir) as fd:
-        if safe_fs.read_file(fd, SPEC_FILE) == data:
-            return False
-        safe_fs.write_file(fd, SPEC_FILE, data, mode=0o644)
+    try:
+        with safe_fs.open_root(cdi_dir) as fd:
+            if safe_fs.read_file(fd, SPEC_FILE) == data:
+                return False
+            safe_fs.write_file(fd, SPEC_FILE, data, mode=0o644)
+    except safe_fs.UnsafePath:
+        raise
+    except OSError as err:
+        raise OSError(f"cannot write the CDI spec {cdi_dir / SPEC_FILE}: {err.strerror}") from err
     return True

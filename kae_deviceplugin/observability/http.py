@@ -124,7 +124,7 @@ def _route(routes: Mapping[str, Route], path: str, headers: Message) -> Response
 
 def encode(reply: Response, body: bool) -> bytes:
     phrase = HTTPStatus(reply.status).phrase
-    return plain_response(reply.status, phrase, reply.body if body else b"", reply.content_type)
+    return plain_response(reply.status, phrase, reply.body, reply.content_type, head_only=not body)
 
 
 class HttpEndpoint:

@@ -288,7 +288,10 @@ class BoundedHttpServer:
             return None
 
 
-def plain_response(status: int, reason: str, body: bytes, content_type: str) -> bytes:
+def plain_response(
+    status: int, reason: str, body: bytes, content_type: str, *, head_only: bool = False
+) -> bytes:
+    """A whole HTTP/1.1 response; ``head_only`` (HEAD) keeps the body's length, not the body."""
     head = (
         f"HTTP/1.1 {status} {reason}\r\n"
         "Server: kae-deviceplugin\r\n"
@@ -296,7 +299,7 @@ def plain_response(status: int, reason: str, body: bytes, content_type: str) -> 
         f"Content-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
     )
-    return head.encode("latin-1") + body
+    return head.encode("latin-1") + (b"" if head_only else body)
 
 
 TOO_LARGE = plain_response(431, "Request Header Fields Too Large", b"", "text/plain")
