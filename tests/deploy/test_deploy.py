@@ -356,49 +356,6 @@ def test_probes_use_healthz_and_readyz_on_the_metrics_port(objs: list[Obj]) -> N
     assert daemon_config(objs)["metricsAddress"] == f":{port}"
 
 
-def test_network_policy_admits_only_the_configured_scrapers() -> None:
-    """Off by default; on, it selects the plugin pods and admits the metrics port only from the
-    named namespace, or from the namespaces and pods a selector picks."""
-    assert not of_kind(render(), "NetworkPolicy")
-    on = "metrics.networkPolicy.enabled=true"
-    objs = render(None, on)
-    policy = one(objs, "NetworkPolicy")["spec"]
-    pod_labels = one(objs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
-    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
-    assert policy["policyTypes"] == ["Ingress"]
-    (rule,) = policy["ingress"]
-    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
-    assert rule["from"] == [
-        {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-            "podSelector": {},
-        }
-    ]
-    chosen = render(
-        None,
-        on,
-        "metrics.networkPolicy.namespaceSelector.matchLabels.team=obs",
-        "metrics.networkPolicy.podSelector.matchLabels.app=prometheus",
-    )
-    (rule,) = one(chosen, "NetworkPolicy")["spec"]["ingress"]
-    assert rule["from"] == [
-        {
-            "namespaceSelector": {"matchLabels": {"team": "obs"}},
-            "podSelector": {"matchLabels": {"app": "prometheus"}},
-        }
-    ]
-
-
-def test_bind_pod_ip_points_the_endpoint_at_the_pod_ip() -> None:
-    """metrics.bindPodIP: the daemon's metrics address is the downward-API pod IP and the port."""
-    env = {e["name"]: e for e in container(render(None, "metrics.bindPodIP=true"))["env"]}
-    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
-    assert env["KAE_DP_METRICS_ADDRESS"]["value"] == "$(POD_IP):9410"
-    names = [e["name"] for e in container(render(None, "metrics.bindPodIP=true"))["env"]]
-    assert names.index("POD_IP") < names.index("KAE_DP_METRICS_ADDRESS")  # $(...) needs order
-    assert "KAE_DP_METRICS_ADDRESS" not in {e["name"] for e in container(render())["env"]}
-
-
 def test_grpc_core_logging_is_quiet(objs: list[Obj]) -> None:
     """GRPC_VERBOSITY is set so gRPC core's chatter stays out of the plugin's logs."""
     env = {e["name"]: e.get("value") for e in container(objs)["env"]}
@@ -688,8 +645,6 @@ FREE_FORM = {
     "podLabels",
     "metrics.service.annotations",
     "metrics.serviceMonitor.labels",
-    "metrics.networkPolicy.namespaceSelector",
-    "metrics.networkPolicy.podSelector",
     "serviceAccount.annotations",
 }
 
