@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     Info,
     PlatformCollector,
@@ -67,6 +68,17 @@ SCAN_DURATION = Histogram(
 )
 UDEV_EVENTS = Counter(
     "kae_udev_events", "uacce udev events seen, per action.", ["action"], registry=REGISTRY
+)
+
+DISCOVERY_WARNINGS = Gauge(
+    "kae_discovery_warnings",
+    "Discovery warnings in effect (skipped class/uacce entries, an unlistable class directory).",
+    registry=REGISTRY,
+)
+DISCOVERY_WARNINGS_RAISED = Counter(
+    "kae_discovery_warnings_raised",
+    "Discovery warnings that appeared; each is logged once then, and once when it clears.",
+    registry=REGISTRY,
 )
 
 

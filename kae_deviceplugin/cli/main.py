@@ -20,6 +20,7 @@ from kae_deviceplugin.daemon.run import run_serve
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.errors import InvalidConfig
 from kae_deviceplugin.observability import logs
+from kae_deviceplugin.observability.events import log_warning_changes
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -120,6 +121,7 @@ def list_command(
         if not root.is_dir():
             raise BadInvocation(f"{flag} {root}: not a directory")
     inventory = scan(sysfs_root, dev_root)
+    log_warning_changes((), inventory.warnings)
     click.echo(render_json(inventory) if output == "json" else render_table(inventory))
 
 

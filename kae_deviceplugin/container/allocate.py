@@ -7,11 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kae_deviceplugin.container.edits import ContainerOptions
 from kae_deviceplugin.core.model import UacceDevice
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.errors import AllocationError
 
 MAX_IDS_PER_REQUEST = 1024
+
+
+def require_view(resource: str, options: ContainerOptions) -> None:
+    """Refuse to hand out a view of /sys/class/uacce (or CDI spec) that could not be written."""
+    if options.view_problem is not None and (options.sysfs_view or options.cdi):
+        raise AllocationError("FAILED_PRECONDITION", f"{resource}: {options.view_problem}")
 
 
 def resolve_request(view: ResourceView, ids: Sequence[str]) -> tuple[UacceDevice, ...]:

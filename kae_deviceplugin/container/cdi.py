@@ -8,12 +8,11 @@ Device names are PCI addresses, so ``openfuyao.com/kae=0000:79:00.0`` stays stab
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kae_deviceplugin.container import safe_fs
 from kae_deviceplugin.core.model import UacceDevice
 
 if TYPE_CHECKING:  # edits names devices by qualified_name(): a type-only import, no cycle
@@ -53,18 +52,19 @@ def build_spec(entries: Iterable[dict[str, object]]) -> dict[str, object]:
 
 
 def write_spec(cdi_dir: Path, spec: dict[str, object]) -> bool:
-    """Atomically replace the spec file if its content changed; True when written."""
-    text = json.dumps(spec, indent=2, sort_keys=True) + "\n"
-    path = cdi_dir / SPEC_FILE
+    """Atomically replace the spec file if its content changed; True when written.
+
+    Through a descriptor of ``cdi_dir``: a symlink planted as the spec file is replaced, never
+    followed or read.
+    """
+    data = (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode()
     try:
-        if path.read_text() == text:
-            return False
-    except OSError:
-        pass
-    cdi_dir.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=".kae-", suffix=".tmp", dir=cdi_dir)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
+        with safe_fs.open_root(cdi_dir) as fd:
+            if safe_fs.read_file(fd, SPEC_FILE) == data:
+                return False
+            safe_fs.write_file(fd, SPEC_FILE, data, mode=0o644)
+    except safe_fs.UnsafePath:
+        raise
+    except OSError as err:
+        raise OSError(f"cannot write the CDI spec {cdi_dir / SPEC_FILE}: {err.strerror}") from err
     return True

@@ -43,6 +43,7 @@ class ContainerOptions:
     host_sysfs_root: Path | None = None  # the host's name for sysfs_root; None: the same
     dev_root: Path = Path("/dev")  # where the daemon sees the device nodes
     host_dev_root: Path | None = None  # the host's name for dev_root; None: the same
+    view_problem: str | None = None  # the container view or CDI spec cannot be written: why
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from kae_deviceplugin.container import safe_fs
 from kae_deviceplugin.core.model import UacceDevice
 
 log = logging.getLogger(__name__)
@@ -45,37 +46,50 @@ def link_target(device: UacceDevice) -> str:
     return f"{container_pci_dir(device)}/uacce/{device.name}"
 
 
+class ViewUnwritable(OSError):
+    """The view directory cannot be brought in line; the message names it and says why."""
+
+
 def sync_view(state_dir: Path, devices: Iterable[UacceDevice]) -> bool:
     """Make the view directory hold exactly one correct link per device; True if anything changed.
 
     Entries are replaced one by one with rename(), never by swapping the directory: running
-    containers bind-mounted this very directory and must see the update.
+    containers bind-mounted this very directory and must see the update. Whatever sits where a
+    link belongs (a directory, a file) is removed. All of it goes through directory descriptors,
+    so a symlink planted as the view directory (or in it) is never followed: a symlinked or
+    foreign view directory is refused. Raises ViewUnwritable naming the directory.
     """
     directory = view_dir(state_dir)
-    directory.mkdir(parents=True, exist_ok=True)
     wanted = {device.name: link_target(device) for device in devices}
-    changed = False
-    for entry in os.listdir(directory):
-        path = directory / entry
-        if entry not in wanted or not _is_link_to(path, wanted[entry]):
-            path.unlink(missing_ok=True)
-            changed = True
-    for name, target in wanted.items():
-        path = directory / name
-        if _is_link_to(path, target):
-            continue
-        temporary = directory / f".{name}.tmp"
-        temporary.unlink(missing_ok=True)
-        temporary.symlink_to(target)
-        temporary.replace(path)
-        changed = True
+    try:
+        with safe_fs.open_root(state_dir) as state_fd:
+            fd = safe_fs.open_subdir(state_fd, VIEW_DIR_NAME, directory)
+            try:
+                changed = _sync_entries(fd, wanted)
+            finally:
+                os.close(fd)
+    except safe_fs.UnsafePath:
+        raise
+    except OSError as err:
+        raise ViewUnwritable(f"cannot write the container view {directory}: {_why(err)}") from err
     if changed:
         log.debug("container sysfs view %s now lists %d devices", directory, len(wanted))
     return changed
 
 
-def _is_link_to(path: Path, target: str) -> bool:
-    try:
-        return os.readlink(path) == target
-    except OSError:
-        return False
+def _sync_entries(fd: int, wanted: dict[str, str]) -> bool:
+    changed = False
+    for entry in os.listdir(fd):
+        if entry not in wanted or safe_fs.read_link(fd, entry) != wanted[entry]:
+            safe_fs.remove_entry(fd, entry)
+            changed = True
+    for name, target in wanted.items():
+        if safe_fs.read_link(fd, name) != target:
+            safe_fs.replace_symlink(fd, name, target)
+            changed = True
+    return changed
+
+
+def _why(err: OSError) -> str:
+    where = f" ({err.filename})" if err.filename is not None else ""
+    return f"{err.strerror or err}{where}"

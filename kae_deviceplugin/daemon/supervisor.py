@@ -63,6 +63,7 @@ class Daemon:
         # Answers exactly what discovery's full scan would, re-reading only volatile signals.
         self.scanner = IncrementalScanner(settings.sysfs_root, settings.dev_root)
         self.view_error_logged = False
+        self.view_problem: str | None = None  # why the container view cannot be written, if so
         self._reload_requested = False
         self.loop: asyncio.AbstractEventLoop | None = None
         # The registration mode is decided here, once; nothing re-tests the filesystem for it.
@@ -99,6 +100,7 @@ class Daemon:
                 host_sysfs_root=s.host_sysfs_root,
                 dev_root=s.dev_root,
                 host_dev_root=s.host_dev_root,
+                view_problem=self.view_problem,
             ),
             allocation_policy=s.allocation_policy,
         )
@@ -108,6 +110,8 @@ class Daemon:
     def ready(self) -> bool:
         """Every resource with devices is registered, and the kubelet streams from each."""
         if self.server_set.registrar.needs_kubelet_socket and not self.kubelet_watch.identity:
+            return False
+        if self.view_problem is not None:
             return False
         wanted = [r for r, view in self.views.items() if view.devices]
         return all(self.server_set.streaming(r) for r in wanted)
@@ -258,7 +262,9 @@ class Daemon:
                 )
                 cdi.write_spec(s.cdi_dir, cdi.build_spec(entries))
             self.view_error_logged = False
+            self.view_problem = None
         except OSError as err:
+            self.view_problem = str(err)
             if not self.view_error_logged:
                 log.error("cannot update the container view or CDI spec: %s", err)
                 self.view_error_logged = True

@@ -180,8 +180,10 @@ class _Scanner:
         self.drivers: dict[str, tuple[str, str | None]] = {}  # driver dir -> name, version
 
     def warn(self, message: str) -> None:
+        # A value, not a log line: a broken entry is met on every tick, and the daemon logs
+        # each warning once when it appears and once when it clears (observability/events.py).
         self.warnings.append(message)
-        log.warning("%s", message)
+        log.debug("%s", message)
 
     def entries(self) -> list[str] | Inventory:
         """The sorted names in ``class/uacce``, or the whole answer when it cannot be listed."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +15,7 @@ import grpc
 
 from kae_deviceplugin import counters
 from kae_deviceplugin.api import list_and_watch_response, pb, pb_grpc, plugin_options
-from kae_deviceplugin.container.allocate import resolve_request
+from kae_deviceplugin.container.allocate import require_view, resolve_request
 from kae_deviceplugin.container.edits import ContainerEdits, ContainerOptions, container_edits
 from kae_deviceplugin.core import placement
 from kae_deviceplugin.core.broadcast import LatestValue
@@ -172,6 +174,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                     raise AllocationError(
                         "INVALID_ARGUMENT", f"{self.resource}: no container requests"
                     )
+                require_view(self.resource, options)
                 for req in request.container_requests:
                     devices = resolve_request(view, list(req.devices_ids))
                     edits = container_edits(self.engine.name, devices, options)
@@ -197,6 +200,30 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         ],
     ) -> pb.PreStartContainerResponse:
         return pb.PreStartContainerResponse()
+
+
+async def bind_privately(server: grpc.aio.Server, socket_path: Path) -> os.stat_result:
+    """Start ``server`` on ``socket_path``, a socket that is never reachable before it is 0600.
+
+    gRPC creates the socket itself, with the mode the process umask allows. Changing the umask
+    would affect every thread creating files meanwhile, so instead the socket is bound in a
+    fresh 0700 directory beside its final place, made 0600 there and renamed into place (a
+    listening unix socket keeps working under its new name). The directory's name starts with
+    a dot, which the kubelet's plugin watcher ignores. Returns the socket's stat at its place.
+    """
+    private = tempfile.mkdtemp(prefix=".kae-", dir=socket_path.parent)  # 0700, umask or not
+    bound = os.path.join(private, "s")
+    try:
+        server.add_insecure_port(f"unix://{bound}")
+        await server.start()
+        os.chmod(bound, 0o600)
+        os.rename(bound, socket_path)
+        return os.stat(socket_path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(bound)
+        with contextlib.suppress(OSError):
+            os.rmdir(private)
 
 
 class ResourceServer:
@@ -225,19 +252,14 @@ class ResourceServer:
         pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
         if self.extra_servicers is not None:
             self.extra_servicers(server)
-        # The socket must never exist with looser permissions, not even for a moment.
-        old_umask = os.umask(0o177)
         try:
-            server.add_insecure_port(f"unix://{self.socket_path}")
-            await server.start()
-        finally:
-            os.umask(old_umask)
-        try:
-            os.chmod(self.socket_path, 0o600)
-            st = os.stat(self.socket_path)
+            st = await bind_privately(server, self.socket_path)
         except FileNotFoundError as err:
             await server.stop(None)
             raise SocketVanished(f"{self.socket_path} was removed as soon as it was bound") from err
+        except BaseException:
+            await server.stop(None)
+            raise
         self._identity = (st.st_dev, st.st_ino)
         self._server = server
         log.debug("%s: serving on %s", self.resource, self.socket_path)

@@ -1,12 +1,16 @@
-"""One log line per meaningful device event: hotplug and health transitions, with reasons."""
+"""One log line per meaningful device event: hotplug and health transitions, with reasons, and
+discovery warnings when they appear and when they clear."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
+from kae_deviceplugin import counters
 from kae_deviceplugin.core.model import Inventory
 
 log = logging.getLogger("kae_deviceplugin.devices")
+MAX_LISTED = 10  # warnings named one by one per change; the rest are counted
 
 
 def log_inventory_changes(old: Inventory, new: Inventory) -> None:
@@ -45,5 +49,27 @@ def log_inventory_changes(old: Inventory, new: Inventory) -> None:
     for pci, device in before.items():
         if pci not in after:
             log.info("device removed: %s %s at %s", device.engine, device.name, pci)
-    for warning in set(new.warnings) - set(old.warnings):
-        log.debug("discovery: %s", warning)
+    log_warning_changes(old.warnings, new.warnings)
+
+
+def log_warning_changes(old: Iterable[str], new: Iterable[str]) -> None:
+    """Log discovery warnings once when they appear and once when they clear, never per tick.
+
+    However many entries are broken, one change logs at most ``MAX_LISTED`` lines of each kind
+    and a count of the rest; the gauge says how many are in effect.
+    """
+    before, after = set(old), set(new)
+    if before == after:
+        return
+    appeared, cleared = sorted(after - before), sorted(before - after)
+    _log_listed(logging.WARNING, "discovery: %s", appeared, "new discovery warnings")
+    _log_listed(logging.INFO, "discovery: no longer: %s", cleared, "discovery warnings cleared")
+    counters.DISCOVERY_WARNINGS_RAISED.inc(len(appeared))
+    counters.DISCOVERY_WARNINGS.set(len(after))
+
+
+def _log_listed(level: int, form: str, messages: list[str], what: str) -> None:
+    for message in messages[:MAX_LISTED]:
+        log.log(level, form, message)
+    if len(messages) > MAX_LISTED:
+        log.log(level, "... and %d more %s", len(messages) - MAX_LISTED, what)

@@ -1,7 +1,7 @@
 """The HTTP endpoint on ``--metrics-address``: /metrics, /healthz, /readyz and /allocations.
 
-A stdlib threaded server on a daemon thread keeps scrapes and probes off the event loop, yet
-every answer about the daemon is computed *on* the loop (one short callback, waited for with a
+A bounded server on its own threads (http_server.py) keeps scrapes and probes off the event loop,
+yet every answer about the daemon is computed *on* the loop (one short callback, waited for with a
 deadline): reads never race the loop's updates, and a wedged loop fails /healthz instead of
 being reported healthy by a thread that is still fine.
 """
@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
+import http.client
+import io
 import json
 import logging
 import socket
-import socketserver
 import threading
 from collections.abc import Callable, Mapping, Set
 from email.message import Message
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, NamedTuple, Protocol, TypeVar
+from http import HTTPStatus
+from typing import NamedTuple, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from kae_deviceplugin.config.rules import parse_address
@@ -31,6 +31,13 @@ from kae_deviceplugin.kubelet.podresources import (
     AllocationsHolder,
     refresh_forever,
 )
+from kae_deviceplugin.observability.http_server import (
+    BACKLOG,
+    Answer,
+    BoundedHttpServer,
+    connection_cap,
+    plain_response,
+)
 from kae_deviceplugin.observability.metrics import Snapshot, exposition
 
 log = logging.getLogger(__name__)
@@ -39,8 +46,7 @@ log = logging.getLogger(__name__)
 # the DaemonSet's probes timeoutSeconds >= 3 so they see the 503 rather than their own timeout.)
 LOOP_TIMEOUT = 2.0
 BIND_RETRY = 5.0
-REQUEST_TIMEOUT = 10.0  # a client that stalls mid-request loses its thread after this
-SHUTDOWN_POLL = 0.1  # how soon the serving thread notices a shutdown request
+NOT_READY = "not ready: resources not registered/streaming"
 T = TypeVar("T")
 
 
@@ -58,93 +64,84 @@ def text(status: int, message: str) -> Response:
     return Response(status, TEXT, (message + "\n").encode())
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: Any, family: socket.AddressFamily):
-        self.address_family = family
-        super().__init__(address, handler)
-
-    def server_bind(self) -> None:
-        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
-            # ":9410" means every interface of both families, as on most servers.
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        # Skips HTTPServer.server_bind, which resolves its own FQDN: that can hang without DNS.
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
-
-
-def _bind(host: str, port: int, handler: Any) -> _Server:
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket; "" host means every interface of both families, as on most servers."""
     if host == "":
         if socket.has_dualstack_ipv6():
-            return _Server(("::", port), handler, socket.AF_INET6)
+            return socket.create_server(
+                ("::", port), family=socket.AF_INET6, backlog=BACKLOG, dualstack_ipv6=True
+            )
         host = "0.0.0.0"
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return _Server((host, port), handler, family)
+    return socket.create_server((host, port), family=family, backlog=BACKLOG)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server_version = "kae-deviceplugin"
-    timeout = REQUEST_TIMEOUT
+def route_answer(routes: Mapping[str, Route]) -> Answer:
+    """The server's answer function: a request head in, a whole response out."""
 
-    def __init__(self, *args: Any, routes: Mapping[str, Route]) -> None:
-        self.routes = routes  # before super().__init__, which handles the request
-        super().__init__(*args)
+    def answer(head: bytes) -> bytes:
+        request_line, _, rest = head.partition(b"\n")
+        parts = request_line.decode("latin-1").split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            return encode(text(400, "bad request line"), body=True)
+        method, target, _ = parts
+        if method not in ("GET", "HEAD"):
+            return encode(text(405, "only GET and HEAD"), body=True)
+        try:
+            headers = http.client.parse_headers(io.BytesIO(rest))
+        except http.client.HTTPException:
+            return encode(text(400, "bad request headers"), body=True)
+        reply = _route(routes, urlsplit(target).path, headers)
+        log.debug("%s %s -> %d", method, target[:200], reply.status)
+        return encode(reply, body=method == "GET")
 
-    def do_GET(self) -> None:
-        self._answer(body=True)
+    return answer
 
-    def do_HEAD(self) -> None:
-        self._answer(body=False)
 
-    def _answer(self, body: bool) -> None:
-        route = self.routes.get(urlsplit(self.path).path)
-        if route is None:
-            reply = text(404, "not found; try /metrics, /healthz, /readyz or /allocations")
-        else:
-            try:
-                reply = route(self.headers)
-            except Exception:
-                log.exception("answering %s failed", self.path)
-                reply = text(500, "internal error; see the plugin's log")
-        self.send_response(reply.status)
-        self.send_header("Content-Type", reply.content_type)
-        self.send_header("Content-Length", str(len(reply.body)))
-        self.end_headers()
-        if body:
-            self.wfile.write(reply.body)
+def _route(routes: Mapping[str, Route], path: str, headers: Message) -> Response:
+    route = routes.get(path)
+    if route is None:
+        return text(404, "not found; try /metrics, /healthz, /readyz or /allocations")
+    try:
+        return route(headers)
+    except Exception:
+        log.exception("answering %s failed", path)
+        return text(500, "internal error; see the plugin's log")
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
+
+def encode(reply: Response, body: bool) -> bytes:
+    phrase = HTTPStatus(reply.status).phrase
+    return plain_response(reply.status, phrase, reply.body, reply.content_type, head_only=not body)
 
 
 class HttpEndpoint:
-    """A route table served by a threaded HTTP server on a daemon thread."""
+    """A route table served by a bounded HTTP server (http_server.py) on a daemon thread."""
 
     def __init__(self, routes: Mapping[str, Route]) -> None:
         self.routes = routes
-        self._server: _Server | None = None
+        self._server: BoundedHttpServer | None = None
         self._thread: threading.Thread | None = None
+        self._port: int | None = None
 
     def start(self, host: str, port: int) -> None:
         """Bind (OSError if the address is taken or invalid) and serve in the background."""
-        server = _bind(host, port, functools.partial(_Handler, routes=self.routes))
-        serve = functools.partial(server.serve_forever, poll_interval=SHUTDOWN_POLL)
-        self._thread = threading.Thread(target=serve, name="http", daemon=True)
+        listener = listen(host, port)
+        self._port = int(listener.getsockname()[1])
+        server = BoundedHttpServer(listener, route_answer(self.routes), connection_cap())
+        self._thread = threading.Thread(target=server.serve, name="http", daemon=True)
         self._server = server
         self._thread.start()
 
     @property
     def port(self) -> int:
-        if self._server is None:
+        if self._port is None:
             raise RuntimeError("the endpoint is not bound")
-        return int(self._server.server_address[1])
+        return self._port
 
     def stop(self) -> None:
         server, self._server = self._server, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.stop()
         if self._thread is not None:
             self._thread.join()
 
@@ -160,6 +157,8 @@ class Observed(Protocol):
     def views(self) -> Mapping[str, ResourceView]: ...
     @property
     def registered(self) -> Set[str]: ...
+    @property
+    def view_problem(self) -> str | None: ...
     def alive(self) -> bool: ...
     def ready(self) -> bool: ...
 
@@ -193,6 +192,17 @@ def daemon_routes(
 
         return route
 
+    def readyz(headers: Message) -> Response:
+        try:
+            passed, problem = on_loop(
+                loop, lambda: (daemon.ready(), daemon.view_problem), LOOP_TIMEOUT
+            )
+        except (TimeoutError, RuntimeError):
+            return text(503, "event loop not responding")
+        if problem is not None:  # the one reason the probe can name exactly
+            return text(503, f"not ready: {problem}")
+        return text(200, "ready") if passed else text(503, NOT_READY)
+
     def snapshot() -> Snapshot:
         return Snapshot(
             daemon.inventory, daemon.views, frozenset(daemon.registered), holder.current
@@ -220,7 +230,7 @@ def daemon_routes(
     return {
         "/metrics": metrics,
         "/healthz": probe(daemon.alive, "ok", "unhealthy: a daemon loop stopped ticking"),
-        "/readyz": probe(daemon.ready, "ready", "not ready: resources not registered/streaming"),
+        "/readyz": readyz,
         "/allocations": allocations,
     }
 

@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,6 +45,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.container import safe_fs
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.model import Function, Inventory
 
@@ -133,18 +132,23 @@ def parse(text: str) -> tuple[dict[str, str], datetime | None]:
 
 
 def replace_file(path: Path, content: str) -> None:
-    """Write ``content`` to ``path`` atomically: readers see the old file or the new, whole."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write ``content`` to ``path`` atomically: readers see the old file or the new, whole.
+
+    Through a descriptor of the directory, so a symlink planted as the file (or its temporary)
+    is replaced, never followed. 0644: nfd-worker need not run as our user.
+    """
+    with safe_fs.open_root(path.parent, create=False) as fd:
+        safe_fs.write_file(fd, path.name, content.encode("utf-8"), mode=0o644)
+
+
+def read_file(path: Path) -> str | None:
+    """The file's text, None when it is absent, not a regular file, a symlink or not UTF-8."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(content)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temp, 0o644)  # mkstemp makes it 0600; nfd-worker need not run as our user
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+        with safe_fs.open_root(path.parent, create=False) as fd:
+            data = safe_fs.read_file(fd, path.name)
+        return None if data is None else data.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 @dataclass
@@ -158,10 +162,8 @@ class FeatureFile:
     def update(self, labels: Mapping[str, str]) -> bool:
         """Bring the file in line with ``labels``; True if it was written. Raises OSError."""
         now = self.clock()
-        try:
-            current, expires = parse(self.path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError):
-            current, expires = None, None
+        text = read_file(self.path)
+        current, expires = (None, None) if text is None else parse(text)
         if current == dict(labels) and not self._renew_due(expires, now):
             return False
         new_expiry = None if self.ttl is None else now + self.ttl

@@ -65,6 +65,7 @@ class FakeDaemon:
         self.registered: set[str] = set()
         self.is_alive = True
         self.is_ready = False
+        self.view_problem: str | None = None
 
     def alive(self) -> bool:
         return self.is_alive
