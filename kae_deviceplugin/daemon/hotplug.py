@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyudev  # loads libudev only when a Context is made, so importing is safe without it
 
-from kae_deviceplugin import counters
+from kae_deviceplugin.counters import Counters
 
 if TYPE_CHECKING:
     from kae_deviceplugin.daemon.supervisor import Daemon
@@ -79,14 +79,17 @@ def open_uacce_monitor(source: str | None = None) -> UeventMonitor:
 class _Drainer:
     """The reader callback: reads every pending event and asks for a rescan."""
 
-    def __init__(self, monitor: UeventMonitor, rescan_now: asyncio.Event) -> None:
+    def __init__(
+        self, monitor: UeventMonitor, rescan_now: asyncio.Event, counters: Counters
+    ) -> None:
         self.monitor = monitor
         self.rescan_now = rescan_now
+        self.counters = counters
         self.errors = 0
         self.broken = asyncio.Event()
         self.last_error: BaseException | None = None
         for action in sorted(RESCAN_ACTIONS):  # every counted action, at 0 from the start
-            counters.UDEV_EVENTS.labels(action)
+            counters.udev_events.labels(action)
 
     def __call__(self) -> None:
         for _ in range(MAX_EVENTS_PER_WAKEUP):
@@ -106,7 +109,7 @@ class _Drainer:
             log.debug("ignoring uevent %r for %s", action, device.sys_name)
             return
         log.info("uevent %s %s: rescanning", action, device.sys_name)
-        counters.UDEV_EVENTS.labels(action).inc()
+        self.counters.udev_events.labels(action).inc()
         self.rescan_now.set()  # already set during a burst: the burst costs one rescan
 
     def failed(self, err: BaseException) -> None:
@@ -126,7 +129,7 @@ async def udev_task(daemon: Daemon, open_monitor: MonitorFactory = open_uacce_mo
     try:
         monitor = open_monitor()
         fd = monitor.fileno()
-        drainer = _Drainer(monitor, daemon.rescan_now)
+        drainer = _Drainer(monitor, daemon.rescan_now, daemon.counters)
         loop.add_reader(fd, drainer)
     except Exception as err:  # udev is optional: any failure to set it up means "no hotplug"
         _fall_back(daemon, f"cannot open a udev monitor ({err})")

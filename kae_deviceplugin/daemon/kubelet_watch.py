@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from kae_deviceplugin import counters
 from kae_deviceplugin.api import KUBELET_SOCKET
 from kae_deviceplugin.daemon.dirwatch import DirWatch
 from kae_deviceplugin.daemon.servers import ServerSet
@@ -80,7 +79,7 @@ class KubeletWatch:
                 )
                 self.servers.registered.clear()
                 return
-            counters.KUBELET_RESTARTS.inc()
+            self.servers.counters.kubelet_restarts.inc()
             await self.servers.restart_all("kubelet (re)started")
             return
         lost = [r for r, server in self.servers.servers.items() if not server.socket_intact()]

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 
 import grpc
 
-from kae_deviceplugin import counters
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.views import ResourceView
+from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.errors import SocketVanished, StartupError
 from kae_deviceplugin.kubelet.registration import Registrar
 from kae_deviceplugin.kubelet.server import ResourceServer, ServingPolicy
@@ -40,8 +40,10 @@ class ServerSet:
         latest: Mapping[str, LatestValue[ResourceView]],
         policy: Callable[[], ServingPolicy],
         stopping: asyncio.Event,
+        counters: Counters,
     ) -> None:
         self.registrar = registrar
+        self.counters = counters
         self.latest = latest
         self.policy = policy
         self.stopping = stopping
@@ -75,6 +77,7 @@ class ServerSet:
                 latest=self.latest[resource],
                 policy=self.policy,
                 on_stream_lost=self.stream_lost,
+                counters=self.counters,
                 extra_servicers=functools.partial(self._add_servicers, resource=resource),
             )
             try:
@@ -133,7 +136,7 @@ class ServerSet:
 
     def mark_registered(self, resource: str) -> None:
         self.registered.add(resource)
-        counters.REGISTRATIONS.labels(resource).inc()
+        self.counters.registrations.labels(resource).inc()
 
     def stream_lost(self, resource: str) -> None:
         """A ListAndWatch stream ended: bring the resource back if no other stream opens soon.

@@ -17,7 +17,6 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from kae_deviceplugin import counters
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container import cdi
@@ -26,6 +25,7 @@ from kae_deviceplugin.container.sysfs_view import sync_view
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView, build_views
+from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.daemon.kubelet_watch import KubeletWatch
 from kae_deviceplugin.daemon.preflight import prepare_socket_dir
 from kae_deviceplugin.daemon.servers import ServerSet
@@ -47,8 +47,11 @@ class Daemon:
         settings: Settings,
         config_source: ConfigSource | None = None,
         extra_tasks: list[Callable[[Daemon], Coroutine[Any, Any, None]]] | None = None,
+        counters: Counters | None = None,
     ) -> None:
         self.settings = settings
+        # This daemon's own metrics registry, handed to each part that counts (not a global).
+        self.counters = counters or Counters()
         self.config_source = config_source
         self.extra_tasks = extra_tasks or []
         self.inventory = Inventory()
@@ -69,7 +72,11 @@ class Daemon:
         # The registration mode is decided here, once; nothing re-tests the filesystem for it.
         # (asyncio primitives bind to the loop that first uses them, so creating them is safe.)
         self.server_set = ServerSet(
-            choose_registrar(settings), self.latest, self.serving_policy, self.stopping
+            choose_registrar(settings),
+            self.latest,
+            self.serving_policy,
+            self.stopping,
+            self.counters,
         )
         self.kubelet_watch = KubeletWatch(
             settings.effective_device_plugin_dir, self.server_set, self._ticked("watch")
@@ -212,13 +219,13 @@ class Daemon:
     async def rescan(self) -> None:
         started = time.perf_counter()
         inventory = await asyncio.to_thread(self.scanner.scan)
-        counters.SCAN_DURATION.observe(time.perf_counter() - started)
+        self.counters.scan_duration.observe(time.perf_counter() - started)
         # The scanner hands back the very same object when nothing moved; a failed update of
         # the container view is retried each tick even so.
         if inventory is self.inventory and not self.view_error_logged:
             return
         changed = inventory is not self.inventory
-        log_inventory_changes(self.inventory, inventory)
+        log_inventory_changes(self.inventory, inventory, self.counters)
         self.inventory = inventory
         await self.reconcile()
         if changed:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import grpc
 
-from kae_deviceplugin import counters
 from kae_deviceplugin.api import list_and_watch_response, pb, pb_grpc, plugin_options
 from kae_deviceplugin.container.allocate import require_view, resolve_request
 from kae_deviceplugin.container.edits import ContainerEdits, ContainerOptions, container_edits
@@ -21,6 +20,7 @@ from kae_deviceplugin.core import placement
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.engines import ENGINES_BY_RESOURCE
 from kae_deviceplugin.core.views import ResourceView
+from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.errors import AllocationError, SocketVanished
 from kae_deviceplugin.kubelet.sockets import prepare_socket_path
 
@@ -67,9 +67,11 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         latest: LatestValue[ResourceView],
         policy: Callable[[], ServingPolicy],
         on_stream_lost: Callable[[str], None],
+        counters: Counters,
     ) -> None:
         self.resource = resource
         self.engine = ENGINES_BY_RESOURCE[resource]
+        self.counters = counters
         self.latest = latest
         self.policy = policy
         self.on_stream_lost = on_stream_lost
@@ -142,7 +144,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             pb.PreferredAllocationRequest, pb.PreferredAllocationResponse
         ],
     ) -> pb.PreferredAllocationResponse:
-        with counters.timed("GetPreferredAllocation"):
+        with self.counters.timed("GetPreferredAllocation"):
             view = self.latest.value
             candidates = self.candidates(view)
             policy = self.policy().allocation_policy
@@ -165,7 +167,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         request: pb.AllocateRequest,
         context: grpc.aio.ServicerContext[pb.AllocateRequest, pb.AllocateResponse],
     ) -> pb.AllocateResponse:
-        with counters.timed("Allocate"):
+        with self.counters.timed("Allocate"):
             view = self.latest.value
             options = self.policy().container
             response = pb.AllocateResponse()
@@ -180,10 +182,10 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                     edits = container_edits(self.engine.name, devices, options)
                     response.container_responses.append(allocate_answer(edits))
             except AllocationError as err:
-                counters.allocation_failed(self.resource, err.code)
+                self.counters.allocation_failed(self.resource, err.code)
                 log.warning("Allocate refused: %s", err)
                 await context.abort(getattr(grpc.StatusCode, err.code), str(err))
-            counters.allocated(self.resource)
+            self.counters.allocated(self.resource)
             # Per-call lines would drown the log on a busy node; kae_allocations_total counts them
             # and the pod-resources API says who holds what.
             if log.isEnabledFor(logging.DEBUG):
@@ -237,11 +239,12 @@ class ResourceServer:
         latest: LatestValue[ResourceView],
         policy: Callable[[], ServingPolicy],
         on_stream_lost: Callable[[str], None],
+        counters: Counters,
         extra_servicers: Callable[[grpc.aio.Server], None] | None = None,
     ) -> None:
         self.resource = resource
         self.socket_path = socket_dir / socket_name(resource)
-        self.servicer = DevicePluginServicer(resource, latest, policy, on_stream_lost)
+        self.servicer = DevicePluginServicer(resource, latest, policy, on_stream_lost, counters)
         self.extra_servicers = extra_servicers
         self._server: grpc.aio.Server | None = None
         self._identity: tuple[int, int] | None = None

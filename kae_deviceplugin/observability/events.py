@@ -6,14 +6,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from kae_deviceplugin import counters
 from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.counters import Counters
 
 log = logging.getLogger("kae_deviceplugin.devices")
 MAX_LISTED = 10  # warnings named one by one per change; the rest are counted
 
 
-def log_inventory_changes(old: Inventory, new: Inventory) -> None:
+def log_inventory_changes(old: Inventory, new: Inventory, counters: Counters | None = None) -> None:
     before = old.by_pci_address()
     after = new.by_pci_address()
     for pci, device in after.items():
@@ -49,10 +49,12 @@ def log_inventory_changes(old: Inventory, new: Inventory) -> None:
     for pci, device in before.items():
         if pci not in after:
             log.info("device removed: %s %s at %s", device.engine, device.name, pci)
-    log_warning_changes(old.warnings, new.warnings)
+    log_warning_changes(old.warnings, new.warnings, counters)
 
 
-def log_warning_changes(old: Iterable[str], new: Iterable[str]) -> None:
+def log_warning_changes(
+    old: Iterable[str], new: Iterable[str], counters: Counters | None = None
+) -> None:
     """Log discovery warnings once when they appear and once when they clear, never per tick.
 
     However many entries are broken, one change logs at most ``MAX_LISTED`` lines of each kind
@@ -64,8 +66,9 @@ def log_warning_changes(old: Iterable[str], new: Iterable[str]) -> None:
     appeared, cleared = sorted(after - before), sorted(before - after)
     _log_listed(logging.WARNING, "discovery: %s", appeared, "new discovery warnings")
     _log_listed(logging.INFO, "discovery: no longer: %s", cleared, "discovery warnings cleared")
-    counters.DISCOVERY_WARNINGS_RAISED.inc(len(appeared))
-    counters.DISCOVERY_WARNINGS.set(len(after))
+    if counters is not None:  # the daemon counts; a one-off `list` only logs
+        counters.discovery_warnings_raised.inc(len(appeared))
+        counters.discovery_warnings.set(len(after))
 
 
 def _log_listed(level: int, form: str, messages: list[str], what: str) -> None:

@@ -26,6 +26,7 @@ from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView
+from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.kubelet.podresources import (
     REFRESH_INTERVAL,
     AllocationsHolder,
@@ -159,6 +160,8 @@ class Observed(Protocol):
     def registered(self) -> Set[str]: ...
     @property
     def view_problem(self) -> str | None: ...
+    @property
+    def counters(self) -> Counters: ...
     def alive(self) -> bool: ...
     def ready(self) -> bool: ...
 
@@ -213,7 +216,7 @@ def daemon_routes(
             taken = on_loop(loop, snapshot, LOOP_TIMEOUT)
         except (TimeoutError, RuntimeError):
             return text(503, "event loop not responding")
-        body, content_type = exposition(taken, headers.get("Accept", ""))
+        body, content_type = exposition(taken, daemon.counters, headers.get("Accept", ""))
         return Response(200, content_type, body)
 
     def allocations(headers: Message) -> Response:

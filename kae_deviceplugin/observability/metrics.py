@@ -22,7 +22,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from kae_deviceplugin.core.model import Inventory, UacceDevice
 from kae_deviceplugin.core.views import ResourceView
-from kae_deviceplugin.counters import REGISTRY, prime
+from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.kubelet.podresources import Allocations
 
 DEVICE_LABELS = ("engine", "device", "pci_address")
@@ -159,19 +159,20 @@ def device_families(snapshot: Snapshot) -> list[Metric]:
 class SnapshotCollector:
     """The daemon's counters and histograms followed by the device gauges of one snapshot."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, counters: Counters) -> None:
         self.snapshot = snapshot
+        self.counters = counters
 
     def collect(self) -> Iterable[Metric]:
         return self._collect()
 
     def _collect(self) -> Iterator[Metric]:
-        prime(self.snapshot.views)  # also resources a reload enabled since the start
-        yield from REGISTRY.collect()
+        self.counters.prime(self.snapshot.views)  # also resources a reload enabled since start
+        yield from self.counters.registry.collect()
         yield from device_families(self.snapshot)
 
 
-def exposition(snapshot: Snapshot, accept: str = "") -> tuple[bytes, str]:
+def exposition(snapshot: Snapshot, counters: Counters, accept: str = "") -> tuple[bytes, str]:
     """The body and content type of a scrape, in the format the scraper's Accept header asks."""
     encoder, content_type = choose_encoder(accept)
-    return encoder(SnapshotCollector(snapshot)), content_type
+    return encoder(SnapshotCollector(snapshot, counters)), content_type

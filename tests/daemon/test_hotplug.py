@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from kae_deviceplugin import counters
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.daemon import hotplug
 from kae_deviceplugin.daemon.hotplug import UeventDevice, UeventMonitor, netlink_source, udev_task
@@ -77,8 +76,9 @@ def make_daemon(tmp_path: Path, scan_interval: float = 60.0) -> Daemon:
     return Daemon(Settings(kubelet_root=tmp_path / "kubelet", scan_interval=scan_interval))
 
 
-def udev_count(action: str) -> float:
-    return counters.REGISTRY.get_sample_value("kae_udev_events_total", {"action": action}) or 0.0
+def udev_count(daemon: Daemon, action: str) -> float:
+    """How many uevents of ``action`` the daemon counted."""
+    return daemon.counters.sample("kae_udev_events_total", {"action": action})
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
@@ -116,11 +116,11 @@ def test_event_requests_rescan_counts_and_logs(
     async def main() -> None:
         task = asyncio.create_task(udev_task(daemon, lambda: monitor))
         for action in ("add", "change", "remove"):
-            before = udev_count(action)
+            before = udev_count(daemon, action)
             daemon.rescan_now.clear()
             monitor.push(FakeDevice(action, "hisi_zip-4"))
             await rescan_requested(daemon)
-            assert udev_count(action) == before + 1
+            assert udev_count(daemon, action) == before + 1
             assert f"uevent {action} hisi_zip-4" in caplog.text
         assert not task.done()
         await stop(task)
@@ -135,14 +135,14 @@ def test_burst_is_drained_in_one_wakeup(tmp_path: Path) -> None:
     daemon = make_daemon(tmp_path)
     names = [f"hisi_sec2-{i}" for i in range(40)]
     monitor.push(*(FakeDevice("add", name) for name in names))
-    before = udev_count("add")
+    before = udev_count(daemon, "add")
 
     async def main() -> None:
         task = asyncio.create_task(udev_task(daemon, lambda: monitor))
         await rescan_requested(daemon)
         # The callback that set the flag ran to the end of the queue before returning.
         assert not monitor.queue
-        assert udev_count("add") == before + len(names)
+        assert udev_count(daemon, "add") == before + len(names)
         await stop(task)
 
     run(main)
@@ -159,7 +159,7 @@ def test_irrelevant_actions_do_not_rescan(tmp_path: Path) -> None:
         monitor.push(FakeDevice("online", "hisi_zip-4"), FakeDevice(None, "hisi_zip-4"))
         await until(lambda: not monitor.queue, "the ignored events to be read")
         assert not daemon.rescan_now.is_set()
-        assert udev_count("online") == 0
+        assert udev_count(daemon, "online") == 0
         monitor.push(FakeDevice("unbind", "hisi_zip-4"))
         await rescan_requested(daemon)
         await stop(task)

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kae_deviceplugin.core.health import ALL_REASONS, ENGINE_STOPPED, ISOLATED
 from kae_deviceplugin.core.views import EngineSettings, build_views
-from kae_deviceplugin.counters import ALLOCATION_ERROR_CODES
+from kae_deviceplugin.counters import ALLOCATION_ERROR_CODES, Counters
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.kubelet.podresources import Allocation, Allocations
 from kae_deviceplugin.observability.metrics import Snapshot, device_families, exposition
@@ -203,7 +203,7 @@ def test_unknown_holders_mean_no_allocated_series_and_pod_resources_down() -> No
 def test_exposition_of_an_empty_node_is_valid() -> None:
     """No devices: still a valid exposition (no device series), fit for promtool."""
     empty = Snapshot(scan(Path("/nonexistent"), Path("/nonexistent")), {}, frozenset(), None)
-    body, content_type = exposition(empty)
+    body, content_type = exposition(empty, Counters())
     assert content_type.startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     assert families["kae_device_info"].samples == []
@@ -223,7 +223,7 @@ def test_promtool_finds_nothing_to_complain_about(tree: str) -> None:
 
 
 def series_by_family(snapshot: Snapshot) -> dict[str, int]:
-    body, _ = exposition(snapshot)
+    body, _ = exposition(snapshot, Counters())
     return {f.name: len(f.samples) for f in text_string_to_metric_families(body.decode())}
 
 
@@ -263,7 +263,7 @@ def test_reason_series_exist_only_while_the_reason_holds() -> None:
 def test_labelled_counters_exist_at_zero_for_every_enabled_resource() -> None:
     """Before any Allocate: allocations and each error code per resource at 0, no _created."""
     snapshot = snapshot_with(Allocations())
-    body, _ = exposition(snapshot)
+    body, _ = exposition(snapshot, Counters())
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     errors = {
         (s.labels["resource"], s.labels["code"]): s.value

@@ -19,6 +19,7 @@ from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView
+from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.kubelet.podresources import AllocationsHolder
 from kae_deviceplugin.observability import http
 from kae_deviceplugin.observability.http import HttpEndpoint, daemon_routes
@@ -66,6 +67,7 @@ class FakeDaemon:
         self.is_alive = True
         self.is_ready = False
         self.view_problem: str | None = None
+        self.counters = Counters()
 
     def alive(self) -> bool:
         return self.is_alive

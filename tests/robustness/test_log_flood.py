@@ -7,7 +7,6 @@ import shutil
 
 import pytest
 
-from kae_deviceplugin import counters
 from kae_deviceplugin.daemon.supervisor import Daemon
 from kae_deviceplugin.observability.events import MAX_LISTED
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
@@ -20,12 +19,14 @@ BROKEN = 25_000
 TICKS = 5
 
 
-def scans() -> float:
-    return counters.REGISTRY.get_sample_value("kae_scan_duration_seconds_count") or 0.0
+def scans(daemon: Daemon) -> float:
+    """How many scans the daemon has timed."""
+    return daemon.counters.sample("kae_scan_duration_seconds_count")
 
 
-def gauge() -> float | None:
-    return counters.REGISTRY.get_sample_value("kae_discovery_warnings")
+def gauge(daemon: Daemon) -> float:
+    """The daemon's count of discovery warnings in effect."""
+    return daemon.counters.sample("kae_discovery_warnings")
 
 
 def daemon_records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
@@ -55,18 +56,20 @@ def test_a_huge_broken_tree_logs_each_change_once_in_bounded_lines(
         runner = DaemonThread(Daemon(settings))
         runner.start()
         try:
-            assert wait_until(lambda: gauge() == BROKEN), f"gauge at {gauge()}"
-            start = scans()
-            assert wait_until(lambda: scans() >= start + TICKS, timeout=60)
+            assert wait_until(lambda: gauge(runner.daemon) == BROKEN), (
+                f"gauge at {gauge(runner.daemon)}"
+            )
+            start = scans(runner.daemon)
+            assert wait_until(lambda: scans(runner.daemon) >= start + TICKS, timeout=60)
             warnings = daemon_records(caplog, logging.WARNING)
             assert len(warnings) == MAX_LISTED + 1, f"{len(warnings)} warning lines"
             assert f"{BROKEN - MAX_LISTED} more" in warnings[-1].getMessage()
             before_clear = len(caplog.records)
             class_dir.rename(class_dir.with_name("uacce.broken"))  # the fault goes at once
             clean.rename(class_dir)
-            assert wait_until(lambda: gauge() == 0)
-            start = scans()
-            assert wait_until(lambda: scans() >= start + TICKS, timeout=60)
+            assert wait_until(lambda: gauge(runner.daemon) == 0)
+            start = scans(runner.daemon)
+            assert wait_until(lambda: scans(runner.daemon) >= start + TICKS, timeout=60)
             cleared = [r for r in caplog.records[before_clear:] if "discovery" in r.getMessage()]
             assert len(cleared) == MAX_LISTED + 1
             assert len(daemon_records(caplog, logging.WARNING)) == len(warnings)

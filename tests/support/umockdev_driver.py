@@ -31,7 +31,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from kae_deviceplugin import counters
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.engines import engine_for_uacce_name
 from kae_deviceplugin.daemon.hotplug import RESCAN_ACTIONS, open_uacce_monitor, udev_task
@@ -115,10 +114,9 @@ def daemon_settings(workdir: Path, **changes: Any) -> Settings:
     return dataclasses.replace(base, **changes)
 
 
-def udev_counts() -> dict[str, float]:
+def udev_counts(daemon: Daemon) -> dict[str, float]:
     def count(action: str) -> float:
-        labels = {"action": action}
-        return counters.REGISTRY.get_sample_value("kae_udev_events_total", labels) or 0.0
+        return daemon.counters.sample("kae_udev_events_total", {"action": action})
 
     return {action: count(action) for action in sorted(RESCAN_ACTIONS)}
 
@@ -159,7 +157,7 @@ async def events(source: str, count: int) -> dict[str, Any]:
         factory = open_uacce_monitor if source == "auto" else partial(open_uacce_monitor, source)
         task = asyncio.create_task(udev_task(daemon, factory))
         await asyncio.sleep(0)  # one step: the task opens its monitor and installs the reader
-        before = udev_counts()
+        before = udev_counts(daemon)
         steps: list[dict[str, Any]] = []
         devpath = testbed.add(ZIP_4)
         for action, emit in [
@@ -182,7 +180,7 @@ async def events(source: str, count: int) -> dict[str, Any]:
         still_running = not task.done()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    after = udev_counts()
+    after = udev_counts(daemon)
     testbed.close()
     return {
         "steps": steps,
