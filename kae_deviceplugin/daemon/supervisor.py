@@ -19,18 +19,16 @@ from typing import Any
 
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.container import cdi
-from kae_deviceplugin.container.edits import ContainerOptions, device_edits
-from kae_deviceplugin.container.sysfs_view import sync_view
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView, build_views
 from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.daemon.container_files import ContainerFiles
 from kae_deviceplugin.daemon.kubelet_watch import KubeletWatch
 from kae_deviceplugin.daemon.preflight import prepare_socket_dir
+from kae_deviceplugin.daemon.roots import run_until_one_ends, signal_handlers
 from kae_deviceplugin.daemon.servers import ServerSet
 from kae_deviceplugin.discovery.incremental import IncrementalScanner
-from kae_deviceplugin.errors import KaeDevicePluginError
 from kae_deviceplugin.kubelet.pluginwatcher import choose_registrar
 from kae_deviceplugin.kubelet.server import ResourceServer, ServingPolicy
 from kae_deviceplugin.observability.events import log_inventory_changes
@@ -65,8 +63,7 @@ class Daemon:
         self.loop_ticks: dict[str, float] = {}
         # Answers exactly what discovery's full scan would, re-reading only volatile signals.
         self.scanner = IncrementalScanner(settings.sysfs_root, settings.dev_root)
-        self.view_error_logged = False
-        self.view_problem: str | None = None  # why the container view cannot be written, if so
+        self.container_files = ContainerFiles()
         self._reload_requested = False
         self.loop: asyncio.AbstractEventLoop | None = None
         # The registration mode is decided here, once; nothing re-tests the filesystem for it.
@@ -95,22 +92,12 @@ class Daemon:
         return self.server_set.registrar.socket_dir
 
     def serving_policy(self) -> ServingPolicy:
-        s = self.settings
-        return ServingPolicy(
-            container=ContainerOptions(
-                sysfs_root=s.sysfs_root,
-                state_dir=s.state_dir,
-                sysfs_view=s.container_sysfs_view,
-                uadk_numa_hint=s.env.uadk_numa_hint,
-                openssl_engines=s.env.openssl_engines,
-                cdi=s.cdi,
-                host_sysfs_root=s.host_sysfs_root,
-                dev_root=s.dev_root,
-                host_dev_root=s.host_dev_root,
-                view_problem=self.view_problem,
-            ),
-            allocation_policy=s.allocation_policy,
-        )
+        return ServingPolicy.from_settings(self.settings, self.view_problem)
+
+    @property
+    def view_problem(self) -> str | None:
+        """Why the container view or CDI spec cannot be written, if it cannot."""
+        return self.container_files.problem
 
     # -- status read by probes and metrics (from another thread: only reads references) --------
 
@@ -138,52 +125,22 @@ class Daemon:
     # -- the main loop ---------------------------------------------------------------------------
 
     async def run(self, handle_signals: bool = True) -> int:
-        """Serve until SIGTERM/SIGINT (exit code 0) or until a root task fails (1).
+        """Serve until SIGTERM/SIGINT (exit code 0) or until a root task fails (non-zero).
 
         ``handle_signals=False`` lets an embedding program (a test) run the daemon on a thread
         other than the main one, where signal handlers cannot be installed.
         """
-        loop = asyncio.get_running_loop()
-        self.loop = loop
-        if handle_signals:
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, self.request_stop, signum)
-            loop.add_signal_handler(signal.SIGHUP, self.request_reload)
-        try:
-            return await self._run_tasks()
-        finally:
-            if handle_signals:
-                for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                    loop.remove_signal_handler(signum)
-
-    async def _run_tasks(self) -> int:
-        prepare_socket_dir(self.socket_dir, self.server_set.registrar.socket_dir_role)
-        await self.rescan()
-        log_summary(self.inventory)
-        roots = [
-            self.scan_loop(),
-            self.kubelet_watch.run(),
-            *(task(self) for task in self.extra_tasks),
-        ]
-        tasks = [asyncio.create_task(coro) for coro in roots]
-        stop_waiter = asyncio.create_task(self.stopping.wait())
-        done, _ = await asyncio.wait([*tasks, stop_waiter], return_when=asyncio.FIRST_COMPLETED)
-        code = 0
-        for task in done:
-            if task is stop_waiter or task.cancelled() or task.exception() is None:
-                continue
-            error = task.exception()
-            if isinstance(error, KaeDevicePluginError):  # a refusal we explain in one line
-                log.critical("stopping: %s", error)
-                code = error.exit_code
-            else:  # a bug: the traceback is what a report needs
-                log.critical("stopping: a root task failed", exc_info=error)
-                code = 1
-        for task in [*tasks, stop_waiter]:
-            task.cancel()
-        await asyncio.gather(*tasks, stop_waiter, return_exceptions=True)
-        await self.shutdown()
-        return code
+        self.loop = asyncio.get_running_loop()
+        with signal_handlers(self.loop, self.request_stop, self.request_reload, handle_signals):
+            prepare_socket_dir(self.socket_dir, self.server_set.registrar.socket_dir_role)
+            await self.rescan()
+            log_summary(self.inventory)
+            roots = [self.scan_loop(), self.kubelet_watch.run()]
+            code = await run_until_one_ends(
+                [*roots, *(task(self) for task in self.extra_tasks)], self.stopping
+            )
+            await self.shutdown()
+            return code
 
     def call_threadsafe(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` on the daemon's loop from any thread (tests, the HTTP endpoint)."""
@@ -222,7 +179,7 @@ class Daemon:
         self.counters.scan_duration.observe(time.perf_counter() - started)
         # The scanner hands back the very same object when nothing moved; a failed update of
         # the container view is retried each tick even so.
-        if inventory is self.inventory and not self.view_error_logged:
+        if inventory is self.inventory and self.view_problem is None:
             return
         changed = inventory is not self.inventory
         log_inventory_changes(self.inventory, inventory, self.counters)
@@ -258,23 +215,7 @@ class Daemon:
 
     def sync_container_view(self) -> None:
         """Keep the node-wide files that Allocate answers point at in step with discovery."""
-        s = self.settings
-        try:
-            if s.container_sysfs_view:
-                sync_view(s.state_dir, self.inventory.devices)
-            if s.cdi:
-                options = self.serving_policy().container
-                entries = (
-                    cdi.device_entry(d, device_edits(d, options)) for d in self.inventory.devices
-                )
-                cdi.write_spec(s.cdi_dir, cdi.build_spec(entries))
-            self.view_error_logged = False
-            self.view_problem = None
-        except OSError as err:
-            self.view_problem = str(err)
-            if not self.view_error_logged:
-                log.error("cannot update the container view or CDI spec: %s", err)
-                self.view_error_logged = True
+        self.container_files.sync(self.settings, self.inventory, self.serving_policy().container)
 
     async def maybe_reload(self) -> None:
         """Apply a changed configuration file (or SIGHUP); a bad one is logged and ignored."""

@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 
 from kae_deviceplugin.api import list_and_watch_response, pb, pb_grpc, plugin_options
+from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container.allocate import require_view, resolve_request
 from kae_deviceplugin.container.edits import ContainerEdits, ContainerOptions, container_edits
 from kae_deviceplugin.core import placement
@@ -56,6 +57,25 @@ class ServingPolicy:
 
     container: ContainerOptions
     allocation_policy: placement.PolicyName = placement.DEFAULT_POLICY
+
+    @classmethod
+    def from_settings(cls, s: Settings, view_problem: str | None = None) -> ServingPolicy:
+        """What the settings say every call should answer; ``view_problem`` refuses Allocate."""
+        return cls(
+            container=ContainerOptions(
+                sysfs_root=s.sysfs_root,
+                state_dir=s.state_dir,
+                sysfs_view=s.container_sysfs_view,
+                uadk_numa_hint=s.env.uadk_numa_hint,
+                openssl_engines=s.env.openssl_engines,
+                cdi=s.cdi,
+                host_sysfs_root=s.host_sysfs_root,
+                dev_root=s.dev_root,
+                host_dev_root=s.host_dev_root,
+                view_problem=view_problem,
+            ),
+            allocation_policy=s.allocation_policy,
+        )
 
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
