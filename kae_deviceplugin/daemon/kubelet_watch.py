@@ -89,7 +89,3 @@ class KubeletWatch:
             return
         if lost:
             await self.servers.restart_all(f"socket of {', '.join(sorted(lost))} was removed")
-
-    def kubelet_present(self) -> bool:
-        """kubelet.sock exists (as last seen)."""
-        return self.identity is not None
