@@ -28,7 +28,6 @@ MAX_ID_LENGTH = 63
 
 # fullmatch, not match with "$": "$" would accept a trailing newline.
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-# No leading zeros: exactly one spelling per share, so IDs compare equal iff shares do.
 
 
 class DeviceIdError(ValueError):
