@@ -15,7 +15,7 @@ from kae_deviceplugin.cli import allocations as allocations_cli
 from kae_deviceplugin.cli.listing import render_json, render_table
 from kae_deviceplugin.cli.serve import load_settings, overrides_from, serve_options
 from kae_deviceplugin.config.resolve import check_config
-from kae_deviceplugin.config.schema import ENV_PREFIX
+from kae_deviceplugin.config.schema import ENV_PREFIX, OPTIONS_BY_FIELD, default_of
 from kae_deviceplugin.daemon.run import run_serve
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.errors import InvalidConfig
@@ -39,26 +39,20 @@ def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
     return click.option(*decls, **attrs)
 
 
-sysfs_root_option = option(
-    "--sysfs-root",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("/sys"),
-    show_default=True,
-    help="Root of the sysfs tree to scan (a fixture tree's sys/ in tests).",
-)
-dev_root_option = option(
-    "--dev-root",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("/dev"),
-    show_default=True,
-    help="Directory holding the uacce device nodes.",
-)
-log_level_option = option(
-    "--log-level", type=click.Choice(logs.LEVELS), default="info", show_default=True
-)
-log_format_option = option(
-    "--log-format", type=click.Choice(logs.FORMATS), default="text", show_default=True
-)
+def _root_option(field: str) -> Callable[[F], F]:
+    """--sysfs-root or --dev-root for the one-off commands: serve's row, with its default."""
+    row = OPTIONS_BY_FIELD[field]
+    return option(
+        row.flag,
+        type=click.Path(path_type=Path, file_okay=False),
+        default=default_of(field),
+        show_default=True,
+        help=row.help,
+    )
+
+
+sysfs_root_option = _root_option("sysfs_root")
+dev_root_option = _root_option("dev_root")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
