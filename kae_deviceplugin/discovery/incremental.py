@@ -41,40 +41,28 @@ while a cancelled ``asyncio.to_thread`` scan is still running; :meth:`invalidate
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import os
-import re
-import resource
 import threading
 from pathlib import Path
 from types import TracebackType
 
 from kae_deviceplugin.core.engines import engine_for_uacce_name
 from kae_deviceplugin.core.model import Inventory, UacceDevice
+from kae_deviceplugin.discovery.fd_budget import FdBudget, on_sysfs
 from kae_deviceplugin.discovery.scan import (
     MAX_ATTR_BYTES,
     UNREADABLE,
-    VOLATILE_ATTRIBUTES,
-    DeviceRead,
     Reading,
     _Scanner,
     decode_attribute,
-    read_attribute,
-    volatile_fields,
 )
+from kae_deviceplugin.discovery.watched import WatchedDevice
 
 log = logging.getLogger(__name__)
 
 DEFAULT_FULL_EVERY = 30
-# Left to the daemon (sockets, gRPC, the udev monitor, files opened while answering Allocate).
-RESERVED_FDS = 256
-# Where the one raise of the soft limit aims when the hard limit is higher (or unlimited).
-SOFT_LIMIT_GOAL = 1 << 16
-# An open sysfs attribute keeps a page-sized kernel buffer after its first read, charged to the
-# pod's memory cgroup: 4 KiB pages allow 4096 kept files (1365 devices), 64 KiB pages 256.
-KEPT_BUFFERS_BYTES = 16 << 20
 
 # What opening an attribute to keep can give instead of a descriptor.
 _ABSENT = -2  # the file did not exist when the device was read: costs nothing per tick
@@ -84,7 +72,6 @@ _BY_PATH = -1  # no descriptor to spare, or it could not be opened: read as scan
 _GONE = frozenset({errno.ENODEV, errno.ENOENT, errno.ESTALE})
 _OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE})
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-_MOUNTINFO_ESCAPE = re.compile(r"\\([0-7]{3})")
 # Ticks redone after running out of descriptors, each with half the fds kept before.
 _STARVED_RETRIES = 3
 # A stat() of one node costs about as much as listing this many /dev entries (measured).
@@ -92,156 +79,6 @@ _DIR_ENTRIES_PER_STAT = 4
 # Bound once: the per-tick loop calls these for every device.
 _pread, _fstat = os.pread, os.fstat
 _exists, _isdir = os.path.exists, os.path.isdir
-
-
-class _FdBudget:
-    """How many attribute files may stay open; raises RLIMIT_NOFILE's soft limit once if needed."""
-
-    def __init__(self, max_fds: int | None) -> None:
-        self.cap = max_fds  # None: the open-file limit and KEPT_BUFFERS_BYTES bound it
-        self.kept = 0
-        self.limit: int | None = None  # worked out when first needed in a pass
-        self.by_rlimit = False  # the open-file limit is what bounds ``limit``
-        self.raised = False
-        self.ran_out = False  # an open failed for lack of descriptors in this pass
-
-    def reset(self) -> None:
-        """Called with every descriptor closed, before a full pass: look at the limit afresh."""
-        self.limit = None
-        self.ran_out = False
-
-    def allows_one_more(self) -> bool:
-        if self.ran_out:
-            return False
-        if self.limit is None:
-            self.work_out_limit()
-        if self.kept >= (self.limit or 0) and self.by_rlimit and not self.raised:
-            self.raised = True
-            _raise_soft_limit()
-            self.work_out_limit()
-        return self.kept < (self.limit or 0)
-
-    def out_of_descriptors(self) -> None:
-        """EMFILE/ENFILE although within budget: someone else needs them; keep half from now on."""
-        self.ran_out = True
-        self.cap = self.kept // 2
-
-    def work_out_limit(self) -> None:
-        spare = _spare_fds()
-        others = KEPT_BUFFERS_BYTES // os.sysconf("SC_PAGE_SIZE")
-        if self.cap is not None:
-            others = min(others, self.cap)
-        self.limit, self.by_rlimit = min(spare, others), spare < others
-
-
-def _spare_fds() -> int:
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return SOFT_LIMIT_GOAL - RESERVED_FDS
-    return max(0, soft - RESERVED_FDS)
-
-
-def _raise_soft_limit() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    goal = SOFT_LIMIT_GOAL if hard == resource.RLIM_INFINITY else min(hard, SOFT_LIMIT_GOAL)
-    if soft == resource.RLIM_INFINITY or soft >= goal:
-        return
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (goal, hard))
-    except (ValueError, OSError) as err:
-        log.info("cannot raise the open-file limit from %d to %d: %s", soft, goal, err)
-        return
-    log.info(
-        "raised the open-file soft limit from %d to %d to keep sysfs attributes open", soft, goal
-    )
-
-
-def on_sysfs(path: str) -> bool:
-    """Whether ``path`` lies on a sysfs mount (by /proc/self/mountinfo; False when unsure)."""
-    try:
-        real = os.path.realpath(path)
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
-            lines = mounts.read().splitlines()
-    except OSError:
-        return False
-    best, fstype = -1, ""
-    for line in lines:
-        fields, sep, rest = line.partition(" - ")
-        parts = fields.split()
-        if not sep or len(parts) < 5 or not rest.split():
-            continue
-        point = _MOUNTINFO_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), parts[4])
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= best:  # a later mount on the same point hides earlier ones
-            best, fstype = len(point), rest.split()[0]
-    return fstype == "sysfs"
-
-
-class _Watched:
-    """One device between full reads: its kept files and the signals its object was built from."""
-
-    __slots__ = (
-        "absent",
-        "by_path",
-        "dev_node",
-        "dev_node_exists",
-        "device",
-        "device_link_ok",
-        "dirty",
-        "driver",
-        "driver_bound",
-        "kept",
-        "paths",
-        "raws",
-        "readings",
-    )
-
-    def __init__(self, found: DeviceRead, dev_root: str) -> None:
-        self.device = found.device
-        self.device_link_ok = found.device_link_ok
-        self.paths = [f"{found.attribute_dir}/{name}" for name in VOLATILE_ATTRIBUTES]
-        self.kept: list[tuple[int, int]] = []  # (index in VOLATILE_ATTRIBUTES, open fd)
-        self.by_path: list[int] = []  # indexes read by path each tick; absent ones are in neither
-        self.absent: list[str] = []  # volatile files the device lacked when it was read
-        self.raws: list[bytes | None] = [None] * len(VOLATILE_ATTRIBUTES)  # None: not compared
-        self.readings: list[Reading] = list(found.readings)
-        self.dev_node = f"{dev_root}/{found.device.name}"
-        self.dev_node_exists = found.device.dev_node_exists
-        self.driver = f"{found.device.pci_path}/driver"
-        self.driver_bound = found.driver_bound
-        self.dirty = False  # the device object lags behind ``readings``
-
-    def reread_by_path(self) -> bool | None:
-        """Re-read the files kept no fd for; whether one changed, None if one vanished."""
-        changed = False
-        for index in self.by_path:
-            reading = read_attribute(self.paths[index])
-            if reading is None:
-                return None  # it was there when the device was read
-            if reading != self.readings[index]:
-                self.readings[index] = reading
-                changed = True
-        return changed
-
-    def rebuild(self) -> None:
-        """A new device object for the current signals; static fields carried over."""
-        readings = self.readings
-        volatile = volatile_fields(
-            (readings[0], readings[1], readings[2]),
-            dev_node_exists=self.dev_node_exists,
-            driver_bound=self.driver_bound,
-            device_link_ok=self.device_link_ok,
-        )
-        self.device = dataclasses.replace(
-            self.device,
-            available_instances=volatile.available_instances,
-            isolate=volatile.isolate,
-            dev_state=volatile.dev_state,
-            dev_node_exists=volatile.dev_node_exists,
-            health=volatile.health,
-            reasons=volatile.reasons,
-        )
-        self.dirty = False
 
 
 class IncrementalScanner:
@@ -269,9 +106,9 @@ class IncrementalScanner:
         self.dev_root = Path(dev_root)
         self.full_every = full_every
         self._verify = verify_files  # decided at the first full pass when None
-        self._budget = _FdBudget(max_fds)
+        self._budget = FdBudget(max_fds)
         self._lock = threading.Lock()  # scan() against close(): never close an fd being read
-        self._watched: dict[str, _Watched] = {}
+        self._watched: dict[str, WatchedDevice] = {}
         self._scanner = _Scanner(self.sysfs_root, self.dev_root)
         self._until_full = 0
         self._requested = 0
@@ -416,7 +253,7 @@ class IncrementalScanner:
         found = self._scanner.read_device(name, engine)
         if found is None:
             return None  # skipped with a warning: read again next tick, as scan() would
-        state = _Watched(found, self._scanner.dev_root)
+        state = WatchedDevice(found, self._scanner.dev_root)
         for index, path in enumerate(state.paths):
             fd = self._open(path, present=found.readings[index] is not None)
             if fd >= 0:
@@ -454,7 +291,9 @@ class IncrementalScanner:
         budget.kept += 1
         return fd
 
-    def _refresh(self, state: _Watched, dev_entries: dict[str, bool] | None) -> UacceDevice | None:
+    def _refresh(
+        self, state: WatchedDevice, dev_entries: dict[str, bool] | None
+    ) -> UacceDevice | None:
         """The device with its volatile signals re-read; None when it must be read fully."""
         changed = state.dirty
         raws, readings, verify = state.raws, state.readings, self._verify
@@ -504,7 +343,7 @@ class IncrementalScanner:
             self._release(state)
         self._watched.clear()
 
-    def _release(self, state: _Watched) -> None:
+    def _release(self, state: WatchedDevice) -> None:
         for _, fd in state.kept:
             os.close(fd)
         self._budget.kept -= len(state.kept)

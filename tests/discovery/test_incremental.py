@@ -28,8 +28,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kae_deviceplugin.core.model import Inventory
-from kae_deviceplugin.discovery import incremental
-from kae_deviceplugin.discovery.incremental import IncrementalScanner, on_sysfs
+from kae_deviceplugin.discovery import fd_budget, incremental
+from kae_deviceplugin.discovery.fd_budget import on_sysfs
+from kae_deviceplugin.discovery.incremental import IncrementalScanner
 from kae_deviceplugin.discovery.scan import VOLATILE_ATTRIBUTES, scan
 from kae_deviceplugin.testing.sysfs_builder import (
     DeviceSpec,
@@ -343,7 +344,7 @@ def test_small_fd_budget_falls_back_to_reading_by_path(tree: Path) -> None:
 
 def test_kernel_buffer_budget_caps_kept_files(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each kept sysfs file pins a page in the kernel: the default budget bounds their number."""
-    monkeypatch.setattr(incremental, "KEPT_BUFFERS_BYTES", 10 * os.sysconf("SC_PAGE_SIZE"))
+    monkeypatch.setattr(fd_budget, "KEPT_BUFFERS_BYTES", 10 * os.sysconf("SC_PAGE_SIZE"))
     with make(tree, full_every=NEVER) as scanner:
         assert_same(scanner.scan(), tree)
         assert scanner.kept_fds == 10
