@@ -42,20 +42,20 @@ while a cancelled ``asyncio.to_thread`` scan is still running; :meth:`invalidate
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import threading
 from pathlib import Path
 from types import TracebackType
 
-from kae_deviceplugin.core.engines import engine_for_uacce_name
 from kae_deviceplugin.core.model import Inventory, UacceDevice
 from kae_deviceplugin.discovery.fd_budget import FdBudget, on_sysfs
 from kae_deviceplugin.discovery.scan import (
     MAX_ATTR_BYTES,
     UNREADABLE,
+    DeviceReader,
     Reading,
-    _Scanner,
     decode_attribute,
 )
 from kae_deviceplugin.discovery.watched import WatchedDevice
@@ -109,7 +109,7 @@ class IncrementalScanner:
         self._budget = FdBudget(max_fds)
         self._lock = threading.Lock()  # scan() against close(): never close an fd being read
         self._watched: dict[str, WatchedDevice] = {}
-        self._scanner = _Scanner(self.sysfs_root, self.dev_root)
+        self._reader = DeviceReader(self.sysfs_root, self.dev_root)
         self._until_full = 0
         self._requested = 0
         self._served = 0
@@ -117,7 +117,7 @@ class IncrementalScanner:
         self._last_picked: list[UacceDevice] = []
         self._dev_entries = 0  # size of the last /dev listing
         self.full_passes = 0  # ticks that re-read everything
-        self.device_reads = 0  # devices read fully, in full passes or one at a time
+        self.device_reads = 0  # entries read fully, in full passes or one at a time
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -170,39 +170,35 @@ class IncrementalScanner:
             self._start_full_pass()
             self._served = requested
         else:
-            self._scanner.warnings = []
+            self._reader.warnings = []
         self._until_full -= 1
-        scanner = self._scanner
-        names = scanner.entries()
+        reader = self._reader
+        names = reader.entries()
         if isinstance(names, Inventory):  # no class/uacce (no KAE here) or it cannot be listed
             self._release_all()
             return self._settle([], names.warnings)
-        devices: dict[str, UacceDevice] = {}
         watched = self._watched
         dev_entries = self._list_dev()
-        still_watched = 0
-        for name in names:
-            state = watched.get(name)
-            device: UacceDevice | None
-            if state is None:
-                device = self._read(name)
-            else:
-                # A volatile file appearing (kernels never add one; fake trees may) or one gone
-                # or replaced under its kept fd: read the device anew.
-                appeared = self._verify and any(map(_exists, state.absent))
-                device = None if appeared else self._refresh(state, dev_entries)
-                if device is None:
-                    self._forget(name)
-                    device = self._read(name)
-            if name in watched:
-                still_watched += 1
-            if device is not None:
-                scanner.admit(devices, name, device)
-        if still_watched != len(watched):  # some watched names are no longer listed
-            listed = set(names)
+        picked = reader.collect(names, functools.partial(self._device, dev_entries=dev_entries))
+        if len(watched) > len(names) or any(name not in watched for name in names):
+            listed = set(names)  # some watched names may no longer be listed
             for name in [n for n in watched if n not in listed]:
                 self._forget(name)
-        return self._settle(list(devices.values()), tuple(scanner.warnings))
+        return self._settle(picked, tuple(reader.warnings))
+
+    def _device(self, name: str, dev_entries: dict[str, bool] | None) -> UacceDevice | None:
+        """One listed entry: from what is kept about it when that still holds, else read anew."""
+        state = self._watched.get(name)
+        if state is None:
+            return self._read(name)
+        # A volatile file appearing (kernels never add one; fake trees may) or one gone or
+        # replaced under its kept fd: read the device anew.
+        appeared = self._verify and any(map(_exists, state.absent))
+        device = None if appeared else self._refresh(state, dev_entries)
+        if device is None:
+            self._forget(name)
+            device = self._read(name)
+        return device
 
     def _list_dev(self) -> dict[str, bool] | None:
         """``/dev`` as name -> is a symlink, when one listing is cheaper than a stat per node."""
@@ -210,7 +206,7 @@ class IncrementalScanner:
         if not watched or watched * _DIR_ENTRIES_PER_STAT < self._dev_entries:
             return None
         try:
-            with os.scandir(self._scanner.dev_root) as listing:
+            with os.scandir(self._reader.dev_root) as listing:
                 entries = {entry.name: entry.is_symlink() for entry in listing}
         except OSError:
             return None
@@ -226,17 +222,16 @@ class IncrementalScanner:
             and warnings == last.warnings
         ):
             return last
-        ordered = sorted(picked, key=lambda d: (d.engine, d.pci_address))
-        self._last = Inventory(devices=tuple(ordered), warnings=warnings)
+        self._last = self._reader.inventory(picked)
         self._last_picked = picked
         return self._last
 
     def _start_full_pass(self) -> None:
         self._close()
         self._budget.reset()
-        self._scanner = _Scanner(self.sysfs_root, self.dev_root)
+        self._reader = DeviceReader(self.sysfs_root, self.dev_root)
         if self._verify is None:
-            self._verify = not on_sysfs(self._scanner.sysfs_root)
+            self._verify = not on_sysfs(self._reader.sysfs_root)
         self._until_full = self.full_every
         self._dev_entries = 0  # measure /dev again: it may have shrunk since the last listing
         self.full_passes += 1
@@ -245,15 +240,11 @@ class IncrementalScanner:
 
     def _read(self, name: str) -> UacceDevice | None:
         """Read one entry fully, exactly as scan() does, and start watching it if it is sound."""
-        engine = engine_for_uacce_name(name)
-        if engine is None:
-            log.debug("ignoring %s: not a KAE engine's uacce device", name)
-            return None
         self.device_reads += 1
-        found = self._scanner.read_device(name, engine)
+        found = self._reader.read_entry(name)
         if found is None:
             return None  # skipped with a warning: read again next tick, as scan() would
-        state = WatchedDevice(found, self._scanner.dev_root)
+        state = WatchedDevice(found, self._reader.dev_root)
         for index, path in enumerate(state.paths):
             fd = self._open(path, present=found.readings[index] is not None)
             if fd >= 0:

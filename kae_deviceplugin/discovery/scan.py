@@ -21,6 +21,7 @@ import errno
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -169,8 +170,13 @@ class DeviceRead:
     device_link_ok: bool
 
 
-class _Scanner:
-    """One pass over ``class/uacce``; the object only exists to share the roots and the warnings."""
+class DeviceReader:
+    """Reads ``class/uacce`` under one sysfs root: the per-device step and the assembly.
+
+    ``scan()`` is one :meth:`pass_over` its entries; the incremental scanner lists the entries,
+    answers most of them from what it kept and calls :meth:`read_entry` for the rest, and both
+    go through :meth:`collect` and :meth:`inventory`, so the two answers are built alike.
+    """
 
     def __init__(self, sysfs_root: Path, dev_root: Path) -> None:
         self.sysfs_root = str(sysfs_root.resolve())
@@ -193,20 +199,36 @@ class _Scanner:
             self.warn(f"cannot list {self.class_dir}: {err.strerror}")
             return Inventory(warnings=tuple(self.warnings))
 
-    def scan(self) -> Inventory:
+    def pass_over(self) -> Inventory:
+        """Every entry read fully: what ``scan()`` answers."""
         names = self.entries()
         if isinstance(names, Inventory):
             return names
+
+        def device_of(name: str) -> UacceDevice | None:
+            found = self.read_entry(name)
+            return None if found is None else found.device
+
+        return self.inventory(self.collect(names, device_of))
+
+    def collect(
+        self, names: list[str], device_of: Callable[[str], UacceDevice | None]
+    ) -> list[UacceDevice]:
+        """The device of each entry, in listing order, without a second one per PCI function."""
         devices: dict[str, UacceDevice] = {}
         for name in names:
-            engine = engine_for_uacce_name(name)
-            if engine is None:
-                log.debug("ignoring %s: not a KAE engine's uacce device", name)
-                continue
-            found = self.read_device(name, engine)
-            if found is not None:
-                self.admit(devices, name, found.device)
-        return self.inventory(devices)
+            device = device_of(name)
+            if device is not None:
+                self.admit(devices, name, device)
+        return list(devices.values())
+
+    def read_entry(self, name: str) -> DeviceRead | None:
+        """Read one entry fully; None for another driver's entry or one skipped with a warning."""
+        engine = engine_for_uacce_name(name)
+        if engine is None:
+            log.debug("ignoring %s: not a KAE engine's uacce device", name)
+            return None
+        return self.read_device(name, engine)
 
     def admit(self, devices: dict[str, UacceDevice], name: str, device: UacceDevice) -> None:
         """Add ``device`` unless its PCI function is already taken (the PCI address is the key)."""
@@ -219,8 +241,8 @@ class _Scanner:
             return
         devices[device.pci_address] = device
 
-    def inventory(self, devices: dict[str, UacceDevice]) -> Inventory:
-        ordered = sorted(devices.values(), key=lambda d: (d.engine, d.pci_address))
+    def inventory(self, devices: list[UacceDevice]) -> Inventory:
+        ordered = sorted(devices, key=lambda d: (d.engine, d.pci_address))
         return Inventory(devices=tuple(ordered), warnings=tuple(self.warnings))
 
     def read_device(self, name: str, engine: Engine) -> DeviceRead | None:
@@ -330,4 +352,4 @@ class _AttributeReader:
 
 def scan(sysfs_root: Path, dev_root: Path) -> Inventory:
     """Discover every KAE UACCE device under ``sysfs_root``; never raises on odd input."""
-    return _Scanner(sysfs_root, dev_root).scan()
+    return DeviceReader(sysfs_root, dev_root).pass_over()
