@@ -53,7 +53,15 @@ def run_driver(events: int, timeout: float) -> dict[str, Any]:
     wrapper = shutil.which("umockdev-wrapper")
     assert wrapper is not None
     done = subprocess.run(
-        [wrapper, sys.executable, "-m", "tests.support.umockdev_driver", "daemon", "--count", str(events)],
+        [
+            wrapper,
+            sys.executable,
+            "-m",
+            "tests.support.umockdev_driver",
+            "daemon",
+            "--count",
+            str(events),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
