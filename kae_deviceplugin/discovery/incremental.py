@@ -50,14 +50,14 @@ from pathlib import Path
 from types import TracebackType
 
 from kae_deviceplugin.core.model import Inventory, UacceDevice
-from kae_deviceplugin.discovery.fd_budget import FdBudget, on_sysfs
-from kae_deviceplugin.discovery.scan import (
+from kae_deviceplugin.discovery.attributes import (
     MAX_ATTR_BYTES,
     UNREADABLE,
-    DeviceReader,
     Reading,
     decode_attribute,
 )
+from kae_deviceplugin.discovery.fd_budget import FdBudget, on_sysfs
+from kae_deviceplugin.discovery.scan import DeviceReader
 from kae_deviceplugin.discovery.watched import WatchedDevice
 
 log = logging.getLogger(__name__)

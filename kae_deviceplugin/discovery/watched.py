@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from kae_deviceplugin.discovery.scan import (
-    VOLATILE_ATTRIBUTES,
-    DeviceRead,
-    Reading,
-    read_attribute,
-    volatile_fields,
-)
+from kae_deviceplugin.discovery.attributes import Reading, read_attribute
+from kae_deviceplugin.discovery.scan import VOLATILE_ATTRIBUTES, DeviceRead, volatile_fields
 
 
 class WatchedDevice:
