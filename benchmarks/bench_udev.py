@@ -1,9 +1,9 @@
 """udev event to ListAndWatch update: umockdev's synthetic uevents, a real pyudev monitor.
 
-Reuses the ``daemon`` scenario of ``tests/support/umockdev_driver.py`` (the hotplug tests' driver): the
-whole daemon with its udev task and a 60 s scan interval, so only the uevent can explain a fast
-update. It has to run under ``umockdev-wrapper`` (the preload must be there when the interpreter
-starts), hence a subprocess.
+Reuses the ``daemon`` scenario of ``tests/support/umockdev_driver.py`` (the hotplug tests'
+driver): the whole daemon with its udev task and a 60 s scan interval, so only the uevent can
+explain a fast update. It has to run under ``umockdev-wrapper`` (the preload must be there when
+the interpreter starts), hence a subprocess.
 """
 
 from __future__ import annotations
