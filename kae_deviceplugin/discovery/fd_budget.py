@@ -7,12 +7,19 @@ toward the hard limit once when the budget is too small.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
 import resource
 
 log = logging.getLogger(__name__)
+
+# What opening an attribute to keep can give instead of a descriptor.
+ABSENT = -2  # the file did not exist when the device was read: costs nothing per tick
+BY_PATH = -1  # no descriptor to spare, or it could not be opened: read as scan() does
+_OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE})
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 
 # Left to the daemon (sockets, gRPC, the udev monitor, files opened while answering Allocate).
 RESERVED_FDS = 256
@@ -62,6 +69,27 @@ class FdBudget:
         if self.cap is not None:
             others = min(others, self.cap)
         self.limit, self.by_rlimit = min(spare, others), spare < others
+
+    def open(self, path: str, *, present: bool) -> int:
+        """A descriptor for ``path`` to keep within the budget, else ABSENT or BY_PATH."""
+        if not self.allows_one_more():
+            return BY_PATH if present else ABSENT
+        try:
+            fd = os.open(path, _OPEN_FLAGS)
+        except (FileNotFoundError, NotADirectoryError):
+            return ABSENT
+        except OSError as err:
+            if err.errno not in _OUT_OF_FDS:
+                return BY_PATH  # e.g. EACCES: scan() meets it too, so read it as scan() does
+            self.out_of_descriptors()
+            log.warning(
+                "out of file descriptors with %d sysfs files open: keeping at most %d from now on",
+                self.kept,
+                self.cap,
+            )
+            return BY_PATH if present else ABSENT
+        self.kept += 1
+        return fd
 
 
 def _spare_fds() -> int:

@@ -257,6 +257,16 @@ class DeviceReader:
         return value if value is not None and value >= 0 else None
 
 
+def read_available_instances(device: UacceDevice) -> int | None:
+    """The device's free queues now, read from sysfs (None while unreadable or negative).
+
+    The scan loop does not read ``available_instances`` per tick (only full passes do): what
+    needs the current figure, the metrics at scrape time, reads it here.
+    """
+    value = parse_int(AttributeReader(device.sysfs_path)("available_instances"))
+    return value if value is not None and value >= 0 else None
+
+
 def scan(sysfs_root: Path, dev_root: Path) -> Inventory:
     """Discover every KAE UACCE device under ``sysfs_root``; never raises on odd input."""
     return DeviceReader(sysfs_root, dev_root).pass_over()
