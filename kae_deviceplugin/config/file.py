@@ -7,7 +7,6 @@ are shared with command-line and environment overrides so that both are judged a
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import math
 import re
@@ -125,6 +124,8 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
         return text.lower().replace("_", "").replace("-", "")
 
     by_squashed = {squash(candidate): candidate for candidate in candidates}
+    import difflib  # noqa: PLC0415 -- only a mistyped key needs it: not loaded at rest
+
     close = difflib.get_close_matches(squash(word), list(by_squashed), n=1, cutoff=0.6)
     return by_squashed[close[0]] if close else None
 
