@@ -38,7 +38,9 @@ from kae_deviceplugin.observability.events import log_inventory_changes
 log = logging.getLogger(__name__)
 
 WATCH_INTERVAL = 0.05  # kubelet.sock / own-socket polling where inotify is unavailable
-WATCH_SAFETY_INTERVAL = 1.0  # with inotify: a slow re-check in case an event was missed
+# With inotify: a slow re-check in case an event was missed (an overflowed queue does wake the
+# loop); kept below the liveness budget of 10 s, since the loop ticks only when it wakes.
+WATCH_SAFETY_INTERVAL = 5.0
 START_ATTEMPTS = 20  # binds lost to a kubelet's socket sweep before giving up (~4 s)
 SETTLE_DELAY = 0.02  # after a directory event, before looking at the directory
 STREAM_GRACE = 0.5  # how long a resource may go without a stream before we register again
