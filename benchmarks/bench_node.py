@@ -72,7 +72,7 @@ def plugin_dir(work: Path) -> Path:
     return work / "kubelet" / "device-plugins"
 
 
-def serve_command(root: Path, work: Path) -> list[str]:
+def serve_command(root: Path, work: Path, config: str | None = None) -> list[str]:
     """`serve` at its defaults but for where things are: the tree, the kubelet root, the state
     and NFD files under ``work``, and the metrics endpoint on a free loopback port (so several
     daemons can run at once)."""
@@ -93,7 +93,14 @@ def serve_command(root: Path, work: Path) -> list[str]:
         str(work / "nfd-features"),
         "--metrics-address",
         f"127.0.0.1:{free_port()}",
+        *(["--config", _write_config(work, config)] if config else []),
     ]
+
+
+def _write_config(work: Path, text: str) -> str:
+    path = work / "config.yaml"
+    path.write_text(text)
+    return str(path)
 
 
 def registered_since(kubelet: KubeletEmulator, resources: Sequence[str], since: float) -> bool:
@@ -175,9 +182,11 @@ class ServedNode:
             return "(no log)"
 
 
-def spawn(root: Path, work: Path, log: Path) -> tuple[subprocess.Popen[bytes], float]:
+def spawn(
+    root: Path, work: Path, log: Path, config: str | None = None
+) -> tuple[subprocess.Popen[bytes], float]:
     """Start `serve` on the tree at ``root``; also when it started (monotonic)."""
-    command = serve_command(root, work)
+    command = serve_command(root, work, config)
     with log.open("ab") as sink:
         started = time.monotonic()
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
@@ -196,13 +205,14 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
 
 
 @contextmanager
-def served(tree: Tree, *, wait: bool = True) -> Iterator[ServedNode]:
-    """Build ``tree``, start a kubelet emulator and `serve`; stop both on exit."""
+def served(tree: Tree, *, wait: bool = True, config: str | None = None) -> Iterator[ServedNode]:
+    """Build ``tree``, start a kubelet emulator and `serve` (with ``config`` as its file if
+    given); stop both on exit."""
     with scratch("kaebench") as tree_dir, scratch("kb", memory=False) as work:
         inventory = build(tree_dir, tree)
         kubelet = KubeletEmulator(plugin_dir(work), dial_timeout=5.0)
         kubelet.start()
-        process, started = spawn(tree_dir, work, work / "daemon.log")
+        process, started = spawn(tree_dir, work, work / "daemon.log", config)
         node = ServedNode(
             tree_dir, plugin_dir(work), inventory, kubelet, process, started, work / "daemon.log"
         )
