@@ -1,7 +1,8 @@
 """Hotplug for real: umockdev uevents through a real pyudev monitor, up to the kubelet emulator.
 
-Each test runs a scenario of tests/support/umockdev_driver.py under ``umockdev-wrapper`` in a subprocess
-(the preload must be in place when the interpreter starts) and asserts on the JSON it prints.
+Each test runs a scenario of tests/support/umockdev_driver.py under ``umockdev-wrapper`` in a
+subprocess (the preload must be in place when the interpreter starts) and asserts on the JSON it
+prints.
 Skipped only where umockdev is not installed (scripts/ci-install-umockdev.sh installs it); with
 KAE_REQUIRE_UMOCKDEV=1, as CI sets it, a missing umockdev fails instead.
 """

@@ -113,7 +113,6 @@ def test_kubelet_comes_up_after_the_plugin() -> None:
     """A plugin started before the kubelet registers as soon as kubelet.sock appears."""
     with short_tmpdir() as workdir:
         from kae_deviceplugin.daemon.supervisor import Daemon
-
         from tests.support.harness import DaemonThread, settings_for
 
         TREES["kunpeng920-2p"].build(workdir / "node")
