@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no stubs in the test extras
 import pytest
 
 from kae_deviceplugin.container.cdi import SPEC_FILE

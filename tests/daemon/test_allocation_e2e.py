@@ -19,7 +19,7 @@ from kae_deviceplugin.api import pb, pb_grpc
 from kae_deviceplugin.config.settings import EngineSettings, EnvSettings, Settings
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.sysfs_trees import TREES
-from tests.support.harness import DEADLINE, running_node, short_tmpdir
+from tests.support.harness import DEADLINE, Node, running_node, short_tmpdir
 
 HPRE, SEC, ZIP = (f"openfuyao.com/kae.{e}" for e in ("hpre", "sec", "zip"))
 VF_TREE_HPRE = [
@@ -28,7 +28,9 @@ VF_TREE_HPRE = [
 ]  # fmt: skip
 
 
-def preferred(node, resource, available, must, size):  # type: ignore[no-untyped-def]
+def preferred(
+    node: Node, resource: str, available: list[str], must: list[str], size: int
+) -> list[str]:
     answer = node.kubelet.preferred_allocation(resource, available, must, size)
     return list(answer.container_responses[0].deviceIDs)
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ from kae_deviceplugin.testing.sysfs_trees import TREES, kunpeng_pf, vf_of
 from tests.support.harness import DEADLINE, running_node, short_tmpdir
 
 HPRE, SEC, ZIP = (f"openfuyao.com/kae.{e}" for e in ("hpre", "sec", "zip"))
-FAST = {"scan_interval": 0.1}
+FAST: dict[str, Any] = {"scan_interval": 0.1}
 
 
 def health_of(node, resource: str, device_id: str):  # type: ignore[no-untyped-def]
@@ -203,8 +204,8 @@ def test_sigterm_stops_cleanly_and_sigkill_leaves_a_stale_socket_that_is_reclaim
                     lambda k: (
                         all(k.resources().values())
                         and all(
-                            not k.state(r).stream_ended
-                            for r in k.resources()  # type: ignore[union-attr]
+                            (state := k.state(r)) is not None and not state.stream_ended
+                            for r in k.resources()
                         )
                     ),
                     DEADLINE,

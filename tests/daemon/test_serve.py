@@ -100,7 +100,7 @@ def test_bad_allocate_requests_are_clean_errors(
         with pytest.raises(grpc.RpcError) as caught:
             node.kubelet.allocate(HPRE, ids)
         assert caught.value.code() == code
-        assert needle in caught.value.details()
+        assert needle in (caught.value.details() or "")
         assert node.kubelet.allocate(HPRE, ["0000:79:00.0"]).container_responses
         assert node.runner.alive
 
@@ -115,7 +115,7 @@ def test_unhealthy_device_is_failed_precondition() -> None:
         with pytest.raises(grpc.RpcError) as caught:
             node.kubelet.allocate(SEC, ["0000:b6:00.0"])
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert "isolated" in caught.value.details()
+        assert "isolated" in (caught.value.details() or "")
 
 
 def test_resource_without_devices_at_start_is_not_registered() -> None:
