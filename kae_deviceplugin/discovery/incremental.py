@@ -40,9 +40,9 @@ from pathlib import Path
 from types import TracebackType
 
 from kae_deviceplugin.core.model import Inventory, UacceDevice
-from kae_deviceplugin.discovery.fd_budget import BY_PATH, FdBudget, on_sysfs
+from kae_deviceplugin.discovery.fd_budget import FdBudget, on_sysfs
 from kae_deviceplugin.discovery.scan import DeviceReader
-from kae_deviceplugin.discovery.watched import ISOLATE, QuietCheck, WatchedDevice, quiet_check
+from kae_deviceplugin.discovery.watched import DevListing, QuietCheck, WatchedDevice, quiet_check
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,6 @@ DEFAULT_FULL_EVERY_WITH_UEVENTS = 300
 _exists = os.path.exists
 # Ticks redone after running out of descriptors, each with half the fds kept before.
 _STARVED_RETRIES = 3
-# A stat() of one node costs about as much as listing this many /dev entries (measured).
-_DIR_ENTRIES_PER_STAT = 4
 
 
 class IncrementalScanner:
@@ -97,7 +95,7 @@ class IncrementalScanner:
         self._served = 0
         self._last = Inventory()
         self._last_picked: list[UacceDevice] = []
-        self._dev_entries = 0  # size of the last /dev listing
+        self._dev = DevListing()
         self.full_passes = 0  # ticks that re-read everything
         self.device_reads = 0  # entries read fully, in full passes or one at a time
 
@@ -182,7 +180,9 @@ class IncrementalScanner:
             names = self._names = listing
             self._forget_unlisted(names)
         links = not self._uevents
-        dev_entries = self._list_dev() if links else None
+        dev_entries = (
+            self._dev.listing(self._reader.dev_root, len(self._watched)) if links else None
+        )
         watched = self._watched
         devices: dict[str, UacceDevice | None] = {}
         # Owners of an isolate flag first, so that every VF sees its PF's reading of this tick.
@@ -218,7 +218,7 @@ class IncrementalScanner:
         if state.follows is not None:
             owner = self._owners.get(state.follows)
             if owner is None:  # its PF is gone or faulty: read its own flag from now on
-                self._adopt_isolate(state)
+                state.adopt_isolate(self._budget)
         verify = bool(self._verify)
         if not appeared and state.refresh(dev_entries, verify=verify, links=links, owner=owner):
             return state.device
@@ -233,12 +233,8 @@ class IncrementalScanner:
         for state in self._new_followers:
             watched = self._watched.get(state.device.name) is state
             if watched and state.follows is not None and state.follows not in self._owners:
-                self._adopt_isolate(state)
+                state.adopt_isolate(self._budget)
         self._new_followers.clear()
-
-    def _adopt_isolate(self, state: WatchedDevice) -> None:
-        self._keep(state, (ISOLATE,))
-        state.follows = None
 
     def _forget_unlisted(self, names: list[str]) -> None:
         watched = self._watched
@@ -246,19 +242,6 @@ class IncrementalScanner:
             listed = set(names)  # some watched names may no longer be listed
             for name in [n for n in watched if n not in listed]:
                 self._forget(name)
-
-    def _list_dev(self) -> dict[str, bool] | None:
-        """``/dev`` as name -> is a symlink, when one listing is cheaper than a stat per node."""
-        watched = len(self._watched)
-        if not watched or watched * _DIR_ENTRIES_PER_STAT < self._dev_entries:
-            return None
-        try:
-            with os.scandir(self._reader.dev_root) as listing:
-                entries = {entry.name: entry.is_symlink() for entry in listing}
-        except OSError:
-            return None
-        self._dev_entries = len(entries)
-        return entries
 
     def _settle(self, picked: list[UacceDevice], warnings: tuple[str, ...]) -> Inventory:
         """The previous Inventory object when no device object and no warning changed."""
@@ -280,7 +263,7 @@ class IncrementalScanner:
         if self._verify is None:
             self._verify = not on_sysfs(self._reader.sysfs_root)
         self._until_full = self.full_every_with_uevents if self._uevents else self.full_every
-        self._dev_entries = 0  # measure /dev again: it may have shrunk since the last listing
+        self._dev.size = 0  # measure /dev again: it may have shrunk since the last listing
         self.full_passes += 1
 
     # -- per device --------------------------------------------------------------------------
@@ -292,7 +275,7 @@ class IncrementalScanner:
         if found is None:
             return None  # skipped with a warning: read again next tick, as scan() would
         state = WatchedDevice(found, self._reader.dev_root)
-        self._keep(state, state.tick_indexes())
+        state.keep(state.tick_indexes(), self._budget)
         # With nothing to watch nothing would tell that the device went away: read it each tick.
         if state.kept or state.by_path:
             self._watched[name] = state
@@ -301,22 +284,6 @@ class IncrementalScanner:
             else:
                 self._new_followers.append(state)
         return found.device
-
-    def _keep(self, state: WatchedDevice, indexes: tuple[int, ...]) -> None:
-        """Open the files of ``indexes`` to read each tick, or say how else they are read."""
-        for index in indexes:
-            path = state.paths[index]
-            fd = self._budget.open(path, present=state.readings[index] is not None)
-            if fd >= 0:
-                state.kept.append((index, fd))
-            elif fd == BY_PATH:
-                state.by_path.append(index)
-            elif state.readings[index] is None:
-                if path not in state.absent:
-                    state.absent.append(path)
-            else:
-                state.readings[index] = None  # vanished since the read: rebuild next tick
-                state.dirty = True
 
     def _forget(self, name: str) -> None:
         state = self._watched.pop(name, None)

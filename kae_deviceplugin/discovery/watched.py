@@ -26,6 +26,7 @@ from kae_deviceplugin.discovery.attributes import (
     decode_attribute,
     read_attribute,
 )
+from kae_deviceplugin.discovery.fd_budget import BY_PATH, FdBudget
 from kae_deviceplugin.discovery.scan import VOLATILE_ATTRIBUTES, DeviceRead, volatile_fields
 
 ISOLATE, DEV_STATE, AVAILABLE = range(len(VOLATILE_ATTRIBUTES))
@@ -78,6 +79,27 @@ class WatchedDevice:
 
     def wanted(self) -> tuple[int, ...]:
         return (DEV_STATE,) if self.follows else (ISOLATE, DEV_STATE)
+
+    def keep(self, indexes: tuple[int, ...], budget: FdBudget) -> None:
+        """Open the files of ``indexes`` to read each tick, or note how else they are read."""
+        for index in indexes:
+            path = self.paths[index]
+            fd = budget.open(path, present=self.readings[index] is not None)
+            if fd >= 0:
+                self.kept.append((index, fd))
+            elif fd == BY_PATH:
+                self.by_path.append(index)
+            elif self.readings[index] is None:
+                if path not in self.absent:
+                    self.absent.append(path)
+            else:
+                self.readings[index] = None  # vanished since the read: rebuild next tick
+                self.dirty = True
+
+    def adopt_isolate(self, budget: FdBudget) -> None:
+        """Its PF is not watched (gone, faulty): read this VF's own isolate from now on."""
+        self.keep((ISOLATE,), budget)
+        self.follows = None
 
     def tick_indexes(self) -> tuple[int, ...]:
         """The attributes read each tick; a device with neither keeps available_instances, or
@@ -172,6 +194,27 @@ class WatchedDevice:
             reasons=volatile.reasons,
         )
         self.dirty = False
+
+
+class DevListing:
+    """``/dev`` as name -> is a symlink, when one listing is cheaper than a stat per node."""
+
+    # A stat() of one node costs about as much as listing this many /dev entries (measured).
+    ENTRIES_PER_STAT = 4
+
+    def __init__(self) -> None:
+        self.size = 0  # entries in the last listing; 0: list again to find out
+
+    def listing(self, dev_root: str, watched: int) -> dict[str, bool] | None:
+        if not watched or watched * self.ENTRIES_PER_STAT < self.size:
+            return None
+        try:
+            with os.scandir(dev_root) as entries:
+                found = {entry.name: entry.is_symlink() for entry in entries}
+        except OSError:
+            return None
+        self.size = len(found)
+        return found
 
 
 class QuietCheck:
