@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 
 from bench_core import Figure
+from bench_floor import floor_served
 from bench_node import (
     TWO_SOCKET,
     Tree,
     bare_interpreter_rss,
     cpu_seconds,
-    floor_served,
     rss_mib,
     served,
     tree_label,
