@@ -22,10 +22,21 @@ from bench_events import cold_start, health_change, kubelet_restart
 from bench_node import TWO_SOCKET, ServedNode, Tree, served
 from bench_resident import resident
 from bench_rpc import allocate_vs_empty
+from bench_scale import growth_table, scale
 from bench_scan import listandwatch_build, scan_times
 from bench_udev import udev_event
 
-SECTIONS = ("rpc", "health", "udev", "restart", "cold", "resident", "scan", "listandwatch")
+SECTIONS = (
+    "rpc",
+    "health",
+    "udev",
+    "restart",
+    "cold",
+    "resident",
+    "scan",
+    "listandwatch",
+    "scale",
+)
 
 
 @dataclass(frozen=True)
@@ -44,6 +55,9 @@ class Plan:
     cpu_tree: Tree = 400
     idle_window: float = 30.0
     listandwatch_ids: int = 10_000
+    scale_sizes: tuple[int, int, int, int] = (10, 100, 1000, 4000)
+    scale_shared: tuple[int, int] = (1000, 16)  # devices, shares
+    scale_calls: int = 300
 
     def repeated(self, n: int) -> Plan:
         return dataclasses.replace(
@@ -70,6 +84,9 @@ SMOKE = Plan(
     cpu_tree=8,
     idle_window=0.5,
     listandwatch_ids=100,
+    scale_sizes=(2, 4, 8, 16),
+    scale_shared=(8, 4),
+    scale_calls=5,
 )
 RESIDENT_KEYS = ("2p", "mid", "large")
 
@@ -139,6 +156,12 @@ class Runner:
         self.section(
             "listandwatch", lambda: listandwatch_build(p.listandwatch_ids, p.listandwatch_repeats)
         )
+        self.section(
+            "scale",
+            lambda: scale(
+                p.scale_sizes, p.scale_shared, p.idle_window, p.scale_calls, p.scan_repeats
+            ),
+        )
         return self.figures
 
 
@@ -177,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(plan, sections)
     figures = runner.run()
     print(render(figures, info, args.format))
+    table = growth_table(figures)
+    if table:
+        print("\nHow cost grows (the scale rows above, one row per case):\n\n" + table)
     if args.json is not None:
         document = as_json(figures, info) | {"plan": dataclasses.asdict(plan)}
         args.json.write_text(json.dumps(document, indent=2) + "\n")

@@ -1,4 +1,5 @@
-"""The benchmark command still runs and still prints every figure of issue 8 (no timing checks)."""
+"""The benchmark command still runs and prints every figure, with the floor plugin measured in the
+same run beside the daemon (no timing checks)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ EXPECTED = {
     "scan_growth",
     "listandwatch_build",
     "listandwatch_serialize",
+} | {
+    f"scale_{case}_{metric}"
+    for case in ("s1", "s2", "s3", "s4", "shared")
+    for metric in ("full_scan", "tick", "idle_cpu", "rss", "lw_build", "lw_size", "allocate")
 }
 TARGETED = {"allocate_p50", "allocate_p99", "health_change", "udev_event", "kubelet_restart"}
 
@@ -72,3 +77,8 @@ def test_smoke_run_prints_every_figure(tmp_path: Path) -> None:
         assert figures[key]["target"], f"{key} is printed without its target"
     assert figures["allocate_p50"]["ratio"] is not None
     assert figures["cold_start"]["ratio"] is not None
+    for key in ("rss_2p", "rss_mid", "rss_large", "idle_cpu_2p", "idle_cpu_mid", "idle_cpu_large"):
+        assert "floor plugin" in figures[key]["reference"], f"{key} without the floor's figure"
+        if key.startswith("rss"):
+            assert figures[key]["ratio"] is not None, f"{key} without its ratio to the floor"
+    assert "How cost grows" in done.stdout

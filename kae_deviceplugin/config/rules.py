@@ -7,7 +7,6 @@ alike wherever it was written.
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import math
 import re
@@ -58,6 +57,8 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
         return text.lower().replace("_", "").replace("-", "")
 
     by_squashed = {squash(candidate): candidate for candidate in candidates}
+    import difflib  # noqa: PLC0415 -- only a mistyped key needs it: not loaded at rest
+
     close = difflib.get_close_matches(squash(word), list(by_squashed), n=1, cutoff=0.6)
     return by_squashed[close[0]] if close else None
 

@@ -1,7 +1,9 @@
 """Hotplug from udev: a ``uacce`` uevent makes the daemon rescan now rather than at the next tick.
 
 Events only trigger a rescan; the rescan itself reads sysfs and decides what changed, so a lost or
-duplicated event costs nothing but latency (the periodic rescan stays the safety net). Where no
+duplicated event costs nothing but latency (the periodic full pass stays the safety net). While
+the monitor works the scan loop's ticks leave to it what only changes with a uevent (devices
+added and removed, /dev nodes, driver links); once it fails they look at those again. Where no
 udev monitor can be opened (no libudev, no netlink permission) the task says so once and idles.
 
 Which netlink group: udevd re-broadcasts events on the "udev" group after its rules ran, but
@@ -136,9 +138,13 @@ async def udev_task(daemon: Daemon, open_monitor: MonitorFactory = open_uacce_mo
         await _idle()
         return
     log.info("watching udev for %s hotplug (netlink fd %d)", SUBSYSTEM, fd)
+    # Devices coming and going, /dev nodes and driver (un)binding now arrive as uevents: the
+    # scan loop's ticks stop looking at them (they keep reading what changes without one).
+    daemon.scanner.uevents_cover_links(True)
     try:
         await drainer.broken.wait()
     finally:
+        daemon.scanner.uevents_cover_links(False)
         loop.remove_reader(fd)
     _fall_back(daemon, f"the udev monitor keeps failing ({drainer.last_error})")
     await _idle()

@@ -22,7 +22,9 @@ from kae_deviceplugin.kubelet.sockets import file_identity, is_live
 log = logging.getLogger(__name__)
 
 WATCH_INTERVAL = 0.05  # kubelet.sock / own-socket polling where inotify is unavailable
-WATCH_SAFETY_INTERVAL = 1.0  # with inotify: a slow re-check in case an event was missed
+# With inotify: a slow re-check in case an event was missed (an overflowed queue does wake the
+# loop); kept below the liveness budget of 10 s, since the loop ticks only when it wakes.
+WATCH_SAFETY_INTERVAL = 5.0
 SETTLE_DELAY = 0.02  # after a directory event, before looking at the directory
 
 

@@ -11,6 +11,7 @@ from kae_deviceplugin import __version__
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.daemon.hotplug import udev_task
+from kae_deviceplugin.daemon.memory import release_startup_memory
 from kae_deviceplugin.daemon.preflight import check_roots, prepare_socket_dir
 from kae_deviceplugin.daemon.supervisor import Daemon
 from kae_deviceplugin.errors import KaeDevicePluginError
@@ -23,7 +24,7 @@ RootTask = Callable[[Daemon], Coroutine[Any, Any, None]]
 
 def optional_tasks(settings: Settings) -> list[RootTask]:
     """Root tasks beside the scan and kubelet loops; each survives every outside failure."""
-    tasks: list[RootTask] = [udev_task]
+    tasks: list[RootTask] = [udev_task, release_startup_memory]
     if settings.metrics_address:
         tasks.append(http.metrics_task)  # also keeps the pod-resources answer fresh
     if settings.nfd_features_file is not None:

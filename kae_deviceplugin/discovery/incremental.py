@@ -1,39 +1,31 @@
-"""Discovery for the scan loop: the answer of ``sysfs.scan()`` at a fraction of its cost per tick.
+r"""Discovery for the scan loop: the answer of ``scan()`` at a fraction of its cost per tick.
 
-A full scan opens, reads and closes seven attribute files per device and follows its links, every
-second. Yet while a device exists only a few of its signals can change: ``isolate``,
-``dev_state``, ``available_instances``, its ``/dev`` node and its PCI driver binding; the rest
-(``api``, ``flags``, ``algorithms``, ``node_id``, the links, PF/VF) is fixed when the kernel
-creates the device. So :class:`IncrementalScanner` reads a device fully once (through the very
-code ``scan()`` uses), keeps its three volatile attribute files open, and on later ticks re-reads
-only the volatile signals: one ``pread`` per open attribute (sysfs regenerates an attribute on
-every read at offset 0), a ``stat`` of the driver link, and whether the device node exists (one
-listing of ``/dev`` for all devices when that is cheaper than a ``stat`` each). A device
-whose signals did not move is returned as the same object, and a tick where nothing moved returns
-the same :class:`Inventory` object, so callers can skip their own work with an ``is`` check.
+While a device exists, most of what ``scan()`` reads is fixed (``api``, ``flags``,
+``algorithms``, ``node_id``, the links, PF/VF), and of what can change, only ``isolate`` and
+``dev_state`` change without a uevent (the kernel computes them when read). So
+:class:`IncrementalScanner` reads a device fully once, through :class:`DeviceReader` as
+``scan()`` does, keeps its per-tick files open and on later ticks reads only those, one
+``pread`` each (see :mod:`.watched`: ``dev_state`` per device, ``isolate`` once per PF). A tick
+where nothing moved returns the same :class:`Inventory` object, so callers can skip their work
+with an ``is`` check.
 
-What is checked when:
+What is read when (the README lists each signal's detection latency):
 
-* every tick: the ``class/uacce`` listing (devices added and removed), the volatile signals;
-* every ``full_every`` ticks, and on the tick after :meth:`IncrementalScanner.invalidate`:
-  everything, as ``scan()`` reads it. Static attributes are seen at that cadence: with the
-  defaults, within 30 ticks (30 s). A volatile file appearing where it was absent (kernels never
-  do that: a device's files are fixed at its creation; fake trees may) is checked for every tick
-  off sysfs, and at the full-pass cadence on sysfs.
+* every tick: ``dev_state``, ``isolate`` (PFs); while no uevents cover them
+  (:meth:`~IncrementalScanner.uevents_cover_links`), also the ``class/uacce`` listing, the
+  ``/dev`` nodes and the driver links;
+* on the tick after :meth:`~IncrementalScanner.invalidate` (a uevent, a reload) and every
+  ``full_every`` ticks (30; 300 while uevents cover the links): everything, as ``scan()`` reads
+  it, ``available_instances`` included. That one is not read per tick: its value in the
+  inventory is the last full pass's, and the metrics read it when scraped.
 
-A kept file that reads ENODEV/ENOENT means its device went away (sysfs detaches open files of a
-removed device); on other filesystems, such as the fake trees of the tests, a file replaced or
-removed under an open descriptor is noticed by its link count dropping to 0. Either way that
-device is re-read fully, so a device re-created under the same name is never mistaken for the
-old one. Faulty entries (skipped with a warning) are re-read fully on every tick, as ``scan()``
-does.
-
-Descriptors: at most three per device, within a budget that leaves room for the rest of the
-daemon and bounds the kernel memory they pin (one page each, see KEPT_BUFFERS_BYTES);
-RLIMIT_NOFILE's soft limit is raised toward the hard limit once when the budget is too small, and
-past the budget files are opened, read and closed each tick as ``scan()`` does. Running out of
-descriptors anyway (EMFILE/ENFILE: the rest of the process needs more) halves the budget and
-redoes the tick, since reads made while the process was out of descriptors cannot be trusted.
+A kept file that reads ENODEV means its device went away (sysfs detaches the open files of a
+removed device); off sysfs (the fake trees of the tests) a file replaced under its descriptor is
+noticed by its link count dropping to 0. Either way the device is read fully again, so a device
+re-created under the same name is never mistaken for the old one. Faulty entries (skipped with a
+warning) are read fully on every tick, as ``scan()`` does. Descriptors are kept within
+:class:`~.fd_budget.FdBudget`; running out anyway (EMFILE/ENFILE) halves the budget and redoes
+the tick, since reads made meanwhile cannot be trusted.
 
 Threads: :meth:`scan` and :meth:`close` serialise on a lock, so a daemon may close the scanner
 while a cancelled ``asyncio.to_thread`` scan is still running; :meth:`invalidate` never blocks.
@@ -41,207 +33,26 @@ while a cancelled ``asyncio.to_thread`` scan is still running; :meth:`invalidate
 
 from __future__ import annotations
 
-import dataclasses
-import errno
 import logging
 import os
-import re
-import resource
 import threading
 from pathlib import Path
 from types import TracebackType
 
-from kae_deviceplugin.core.engines import engine_for_uacce_name
 from kae_deviceplugin.core.model import Inventory, UacceDevice
-from kae_deviceplugin.discovery.scan import (
-    MAX_ATTR_BYTES,
-    UNREADABLE,
-    VOLATILE_ATTRIBUTES,
-    DeviceRead,
-    Reading,
-    _Scanner,
-    decode_attribute,
-    read_attribute,
-    volatile_fields,
-)
+from kae_deviceplugin.discovery.fd_budget import FdBudget, on_sysfs
+from kae_deviceplugin.discovery.scan import DeviceReader
+from kae_deviceplugin.discovery.watched import DevListing, QuietCheck, WatchedDevice, quiet_check
 
 log = logging.getLogger(__name__)
 
 DEFAULT_FULL_EVERY = 30
-# Left to the daemon (sockets, gRPC, the udev monitor, files opened while answering Allocate).
-RESERVED_FDS = 256
-# Where the one raise of the soft limit aims when the hard limit is higher (or unlimited).
-SOFT_LIMIT_GOAL = 1 << 16
-# An open sysfs attribute keeps a page-sized kernel buffer after its first read, charged to the
-# pod's memory cgroup: 4 KiB pages allow 4096 kept files (1365 devices), 64 KiB pages 256.
-KEPT_BUFFERS_BYTES = 16 << 20
-
-# What opening an attribute to keep can give instead of a descriptor.
-_ABSENT = -2  # the file did not exist when the device was read: costs nothing per tick
-_BY_PATH = -1  # no descriptor to spare, or it could not be opened: read as scan() does
-
-# Read errors on a kept file that mean the file (and so its device) is gone.
-_GONE = frozenset({errno.ENODEV, errno.ENOENT, errno.ESTALE})
-_OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE})
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-_MOUNTINFO_ESCAPE = re.compile(r"\\([0-7]{3})")
+# While uevents cover what a tick stops looking at, the full pass is the safety net for what
+# changes without one (a /dev node deleted by hand, a static attribute of a fake tree).
+DEFAULT_FULL_EVERY_WITH_UEVENTS = 300
+_exists = os.path.exists
 # Ticks redone after running out of descriptors, each with half the fds kept before.
 _STARVED_RETRIES = 3
-# A stat() of one node costs about as much as listing this many /dev entries (measured).
-_DIR_ENTRIES_PER_STAT = 4
-# Bound once: the per-tick loop calls these for every device.
-_pread, _fstat = os.pread, os.fstat
-_exists, _isdir = os.path.exists, os.path.isdir
-
-
-class _FdBudget:
-    """How many attribute files may stay open; raises RLIMIT_NOFILE's soft limit once if needed."""
-
-    def __init__(self, max_fds: int | None) -> None:
-        self.cap = max_fds  # None: the open-file limit and KEPT_BUFFERS_BYTES bound it
-        self.kept = 0
-        self.limit: int | None = None  # worked out when first needed in a pass
-        self.by_rlimit = False  # the open-file limit is what bounds ``limit``
-        self.raised = False
-        self.ran_out = False  # an open failed for lack of descriptors in this pass
-
-    def reset(self) -> None:
-        """Called with every descriptor closed, before a full pass: look at the limit afresh."""
-        self.limit = None
-        self.ran_out = False
-
-    def allows_one_more(self) -> bool:
-        if self.ran_out:
-            return False
-        if self.limit is None:
-            self.work_out_limit()
-        if self.kept >= (self.limit or 0) and self.by_rlimit and not self.raised:
-            self.raised = True
-            _raise_soft_limit()
-            self.work_out_limit()
-        return self.kept < (self.limit or 0)
-
-    def out_of_descriptors(self) -> None:
-        """EMFILE/ENFILE although within budget: someone else needs them; keep half from now on."""
-        self.ran_out = True
-        self.cap = self.kept // 2
-
-    def work_out_limit(self) -> None:
-        spare = _spare_fds()
-        others = KEPT_BUFFERS_BYTES // os.sysconf("SC_PAGE_SIZE")
-        if self.cap is not None:
-            others = min(others, self.cap)
-        self.limit, self.by_rlimit = min(spare, others), spare < others
-
-
-def _spare_fds() -> int:
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return SOFT_LIMIT_GOAL - RESERVED_FDS
-    return max(0, soft - RESERVED_FDS)
-
-
-def _raise_soft_limit() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    goal = SOFT_LIMIT_GOAL if hard == resource.RLIM_INFINITY else min(hard, SOFT_LIMIT_GOAL)
-    if soft == resource.RLIM_INFINITY or soft >= goal:
-        return
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (goal, hard))
-    except (ValueError, OSError) as err:
-        log.info("cannot raise the open-file limit from %d to %d: %s", soft, goal, err)
-        return
-    log.info(
-        "raised the open-file soft limit from %d to %d to keep sysfs attributes open", soft, goal
-    )
-
-
-def on_sysfs(path: str) -> bool:
-    """Whether ``path`` lies on a sysfs mount (by /proc/self/mountinfo; False when unsure)."""
-    try:
-        real = os.path.realpath(path)
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
-            lines = mounts.read().splitlines()
-    except OSError:
-        return False
-    best, fstype = -1, ""
-    for line in lines:
-        fields, sep, rest = line.partition(" - ")
-        parts = fields.split()
-        if not sep or len(parts) < 5 or not rest.split():
-            continue
-        point = _MOUNTINFO_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), parts[4])
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= best:  # a later mount on the same point hides earlier ones
-            best, fstype = len(point), rest.split()[0]
-    return fstype == "sysfs"
-
-
-class _Watched:
-    """One device between full reads: its kept files and the signals its object was built from."""
-
-    __slots__ = (
-        "absent",
-        "by_path",
-        "dev_node",
-        "dev_node_exists",
-        "device",
-        "device_link_ok",
-        "dirty",
-        "driver",
-        "driver_bound",
-        "kept",
-        "paths",
-        "raws",
-        "readings",
-    )
-
-    def __init__(self, found: DeviceRead, dev_root: str) -> None:
-        self.device = found.device
-        self.device_link_ok = found.device_link_ok
-        self.paths = [f"{found.attribute_dir}/{name}" for name in VOLATILE_ATTRIBUTES]
-        self.kept: list[tuple[int, int]] = []  # (index in VOLATILE_ATTRIBUTES, open fd)
-        self.by_path: list[int] = []  # indexes read by path each tick; absent ones are in neither
-        self.absent: list[str] = []  # volatile files the device lacked when it was read
-        self.raws: list[bytes | None] = [None] * len(VOLATILE_ATTRIBUTES)  # None: not compared
-        self.readings: list[Reading] = list(found.readings)
-        self.dev_node = f"{dev_root}/{found.device.name}"
-        self.dev_node_exists = found.device.dev_node_exists
-        self.driver = f"{found.device.pci_path}/driver"
-        self.driver_bound = found.driver_bound
-        self.dirty = False  # the device object lags behind ``readings``
-
-    def reread_by_path(self) -> bool | None:
-        """Re-read the files kept no fd for; whether one changed, None if one vanished."""
-        changed = False
-        for index in self.by_path:
-            reading = read_attribute(self.paths[index])
-            if reading is None:
-                return None  # it was there when the device was read
-            if reading != self.readings[index]:
-                self.readings[index] = reading
-                changed = True
-        return changed
-
-    def rebuild(self) -> None:
-        """A new device object for the current signals; static fields carried over."""
-        readings = self.readings
-        volatile = volatile_fields(
-            (readings[0], readings[1], readings[2]),
-            dev_node_exists=self.dev_node_exists,
-            driver_bound=self.driver_bound,
-            device_link_ok=self.device_link_ok,
-        )
-        self.device = dataclasses.replace(
-            self.device,
-            available_instances=volatile.available_instances,
-            isolate=volatile.isolate,
-            dev_state=volatile.dev_state,
-            dev_node_exists=volatile.dev_node_exists,
-            health=volatile.health,
-            reasons=volatile.reasons,
-        )
-        self.dirty = False
 
 
 class IncrementalScanner:
@@ -268,19 +79,25 @@ class IncrementalScanner:
         self.sysfs_root = Path(sysfs_root)
         self.dev_root = Path(dev_root)
         self.full_every = full_every
+        self.full_every_with_uevents = max(full_every, DEFAULT_FULL_EVERY_WITH_UEVENTS)
         self._verify = verify_files  # decided at the first full pass when None
-        self._budget = _FdBudget(max_fds)
+        self._budget = FdBudget(max_fds)
         self._lock = threading.Lock()  # scan() against close(): never close an fd being read
-        self._watched: dict[str, _Watched] = {}
-        self._scanner = _Scanner(self.sysfs_root, self.dev_root)
+        self._watched: dict[str, WatchedDevice] = {}
+        self._owners: dict[str, WatchedDevice] = {}  # PCI address -> a watched isolate owner
+        self._uevents = False  # whether uevents report entries, /dev nodes and driver links
+        self._names: list[str] | None = None  # the last class/uacce listing
+        self._new_followers: list[WatchedDevice] = []  # VFs read this tick
+        self._quiet: QuietCheck | None = None  # the fast check of a tick, while it suffices
+        self._reader = DeviceReader(self.sysfs_root, self.dev_root)
         self._until_full = 0
         self._requested = 0
         self._served = 0
         self._last = Inventory()
         self._last_picked: list[UacceDevice] = []
-        self._dev_entries = 0  # size of the last /dev listing
+        self._dev = DevListing()
         self.full_passes = 0  # ticks that re-read everything
-        self.device_reads = 0  # devices read fully, in full passes or one at a time
+        self.device_reads = 0  # entries read fully, in full passes or one at a time
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -303,6 +120,17 @@ class IncrementalScanner:
     def _close(self) -> None:
         self._release_all()
         self._until_full = 0
+
+    def uevents_cover_links(self, covered: bool) -> None:
+        """Whether uevents now report devices added and removed, /dev nodes and driver links
+        (the udev task says so once its monitor works, and takes it back if it fails): then
+        ticks stop looking at them and rely on :meth:`invalidate` and a rarer full pass."""
+        self._uevents = covered
+        self._quiet = None
+
+    @property
+    def links_by_uevents(self) -> bool:
+        return self._uevents
 
     def invalidate(self) -> None:
         """Make the next tick a full pass (after a udev event or a reload). Any thread."""
@@ -329,56 +157,91 @@ class IncrementalScanner:
 
     def _tick(self) -> Inventory:
         requested = self._requested
-        if self._until_full <= 0 or requested != self._served:
+        full = self._until_full <= 0 or requested != self._served
+        if not full and self._quiet is not None and self._quiet.quiet():
+            self._until_full -= 1
+            return self._last  # nothing moved (and with uevents, nothing else to look at)
+        self._quiet = None
+        if full:
             self._start_full_pass()
             self._served = requested
         else:
-            self._scanner.warnings = []
+            self._reader.warnings = []
         self._until_full -= 1
-        scanner = self._scanner
-        names = scanner.entries()
-        if isinstance(names, Inventory):  # no class/uacce (no KAE here) or it cannot be listed
-            self._release_all()
-            return self._settle([], names.warnings)
-        devices: dict[str, UacceDevice] = {}
+        reader = self._reader
+        # With uevents, entries come and go only with an event, which makes the tick a full pass.
+        names = self._names if self._uevents and not full else None
+        if names is None:
+            listing = reader.entries()
+            if isinstance(listing, Inventory):  # no class/uacce (no KAE) or it cannot be listed
+                self._release_all()
+                self._names = None
+                return self._settle([], listing.warnings)
+            names = self._names = listing
+            self._forget_unlisted(names)
+        links = not self._uevents
+        dev_entries = (
+            self._dev.listing(self._reader.dev_root, len(self._watched)) if links else None
+        )
         watched = self._watched
-        dev_entries = self._list_dev()
-        still_watched = 0
+        devices: dict[str, UacceDevice | None] = {}
+        # Owners of an isolate flag first, so that every VF sees its PF's reading of this tick.
+        followers = []
         for name in names:
             state = watched.get(name)
-            device: UacceDevice | None
-            if state is None:
-                device = self._read(name)
+            if state is not None and state.follows is not None:
+                followers.append(name)
             else:
-                # A volatile file appearing (kernels never add one; fake trees may) or one gone
-                # or replaced under its kept fd: read the device anew.
-                appeared = self._verify and any(map(_exists, state.absent))
-                device = None if appeared else self._refresh(state, dev_entries)
-                if device is None:
-                    self._forget(name)
-                    device = self._read(name)
-            if name in watched:
-                still_watched += 1
-            if device is not None:
-                scanner.admit(devices, name, device)
-        if still_watched != len(watched):  # some watched names are no longer listed
-            listed = set(names)
+                devices[name] = self._device(name, state, dev_entries, links)
+        for name in followers:
+            devices[name] = self._device(name, watched.get(name), dev_entries, links)
+        self._settle_followers()
+        picked = reader.collect(names, devices.__getitem__)
+        if self._uevents and len(watched) == len(names):  # no entry is read fully every tick
+            self._quiet = quiet_check(watched.values(), bool(self._verify))
+        return self._settle(picked, tuple(reader.warnings))
+
+    def _device(
+        self,
+        name: str,
+        state: WatchedDevice | None,
+        dev_entries: dict[str, bool] | None,
+        links: bool,
+    ) -> UacceDevice | None:
+        """One listed entry: from what is kept about it when that still holds, else read anew."""
+        if state is None:
+            return self._read(name)
+        # A per-tick file appearing (kernels never add one; fake trees may) or one gone or
+        # replaced under its kept fd: read the device anew.
+        appeared = self._verify and any(map(_exists, state.absent))
+        owner = None
+        if state.follows is not None:
+            owner = self._owners.get(state.follows)
+            if owner is None:  # its PF is gone or faulty: read its own flag from now on
+                state.adopt_isolate(self._budget)
+        verify = bool(self._verify)
+        if not appeared and state.refresh(dev_entries, verify=verify, links=links, owner=owner):
+            return state.device
+        self._forget(name)
+        if not links and not os.path.lexists(f"{self._reader.class_dir}/{name}"):
+            self._names = None  # removed, its uevent not handled yet: list again next tick
+            return None
+        return self._read(name)
+
+    def _settle_followers(self) -> None:
+        """A VF read this tick whose PF is not watched (gone, faulty) reads its own flag."""
+        for state in self._new_followers:
+            watched = self._watched.get(state.device.name) is state
+            if watched and state.follows is not None and state.follows not in self._owners:
+                state.adopt_isolate(self._budget)
+        self._new_followers.clear()
+
+    def _forget_unlisted(self, names: list[str]) -> None:
+        watched = self._watched
+        if len(watched) > len(names) or any(name not in watched for name in names):
+            listed = set(names)  # some watched names may no longer be listed
             for name in [n for n in watched if n not in listed]:
                 self._forget(name)
-        return self._settle(list(devices.values()), tuple(scanner.warnings))
-
-    def _list_dev(self) -> dict[str, bool] | None:
-        """``/dev`` as name -> is a symlink, when one listing is cheaper than a stat per node."""
-        watched = len(self._watched)
-        if not watched or watched * _DIR_ENTRIES_PER_STAT < self._dev_entries:
-            return None
-        try:
-            with os.scandir(self._scanner.dev_root) as listing:
-                entries = {entry.name: entry.is_symlink() for entry in listing}
-        except OSError:
-            return None
-        self._dev_entries = len(entries)
-        return entries
 
     def _settle(self, picked: list[UacceDevice], warnings: tuple[str, ...]) -> Inventory:
         """The previous Inventory object when no device object and no warning changed."""
@@ -389,121 +252,54 @@ class IncrementalScanner:
             and warnings == last.warnings
         ):
             return last
-        ordered = sorted(picked, key=lambda d: (d.engine, d.pci_address))
-        self._last = Inventory(devices=tuple(ordered), warnings=warnings)
+        self._last = self._reader.inventory(picked)
         self._last_picked = picked
         return self._last
 
     def _start_full_pass(self) -> None:
         self._close()
         self._budget.reset()
-        self._scanner = _Scanner(self.sysfs_root, self.dev_root)
+        self._reader = DeviceReader(self.sysfs_root, self.dev_root)
         if self._verify is None:
-            self._verify = not on_sysfs(self._scanner.sysfs_root)
-        self._until_full = self.full_every
-        self._dev_entries = 0  # measure /dev again: it may have shrunk since the last listing
+            self._verify = not on_sysfs(self._reader.sysfs_root)
+        self._until_full = self.full_every_with_uevents if self._uevents else self.full_every
+        self._dev.size = 0  # measure /dev again: it may have shrunk since the last listing
         self.full_passes += 1
 
     # -- per device --------------------------------------------------------------------------
 
     def _read(self, name: str) -> UacceDevice | None:
         """Read one entry fully, exactly as scan() does, and start watching it if it is sound."""
-        engine = engine_for_uacce_name(name)
-        if engine is None:
-            log.debug("ignoring %s: not a KAE engine's uacce device", name)
-            return None
         self.device_reads += 1
-        found = self._scanner.read_device(name, engine)
+        found = self._reader.read_entry(name)
         if found is None:
             return None  # skipped with a warning: read again next tick, as scan() would
-        state = _Watched(found, self._scanner.dev_root)
-        for index, path in enumerate(state.paths):
-            fd = self._open(path, present=found.readings[index] is not None)
-            if fd >= 0:
-                state.kept.append((index, fd))
-            elif fd == _BY_PATH:
-                state.by_path.append(index)
-            elif state.readings[index] is None:
-                state.absent.append(path)
-            else:
-                state.readings[index] = None  # vanished since the read: rebuild next tick
-                state.dirty = True
+        state = WatchedDevice(found, self._reader.dev_root)
+        state.keep(state.tick_indexes(), self._budget)
         # With nothing to watch nothing would tell that the device went away: read it each tick.
         if state.kept or state.by_path:
             self._watched[name] = state
+            if state.follows is None:
+                self._owners[found.device.pci_address] = state
+            else:
+                self._new_followers.append(state)
         return found.device
-
-    def _open(self, path: str, *, present: bool) -> int:
-        budget = self._budget
-        if not budget.allows_one_more():
-            return _BY_PATH if present else _ABSENT
-        try:
-            fd = os.open(path, _OPEN_FLAGS)
-        except (FileNotFoundError, NotADirectoryError):
-            return _ABSENT
-        except OSError as err:
-            if err.errno not in _OUT_OF_FDS:
-                return _BY_PATH  # e.g. EACCES: scan() meets it too, so read it as scan() does
-            budget.out_of_descriptors()
-            log.warning(
-                "out of file descriptors with %d sysfs files open: keeping at most %d from now on",
-                budget.kept,
-                budget.cap,
-            )
-            return _BY_PATH if present else _ABSENT
-        budget.kept += 1
-        return fd
-
-    def _refresh(self, state: _Watched, dev_entries: dict[str, bool] | None) -> UacceDevice | None:
-        """The device with its volatile signals re-read; None when it must be read fully."""
-        changed = state.dirty
-        raws, readings, verify = state.raws, state.readings, self._verify
-        reading: Reading
-        for index, fd in state.kept:
-            raw: bytes | None
-            try:
-                raw = _pread(fd, MAX_ATTR_BYTES, 0)
-            except OSError as err:
-                if err.errno in _GONE:
-                    return None
-                raw = None
-            if verify and _fstat(fd).st_nlink == 0:
-                return None  # replaced or removed under the open fd (not on sysfs)
-            if raw is not None and raw == raws[index]:
-                continue
-            raws[index] = raw
-            reading = UNREADABLE if raw is None else decode_attribute(raw)
-            if reading != readings[index]:
-                readings[index] = reading
-                changed = True
-        if state.by_path:
-            by_path = state.reread_by_path()
-            if by_path is None:
-                return None
-            changed = changed or by_path
-        if dev_entries is None:
-            dev_node_exists = _exists(state.dev_node)
-        else:  # as exists() would answer: listed, and if a symlink then not dangling
-            is_link = dev_entries.get(state.device.name)
-            dev_node_exists = is_link is not None and (not is_link or _exists(state.dev_node))
-        driver_bound = _isdir(state.driver)
-        if dev_node_exists is not state.dev_node_exists or driver_bound is not state.driver_bound:
-            return None  # rare: read it in full, so a rebind also re-reads the driver version
-        if changed:
-            state.rebuild()
-        return state.device
 
     def _forget(self, name: str) -> None:
         state = self._watched.pop(name, None)
         if state is not None:
+            if self._owners.get(state.device.pci_address) is state:
+                del self._owners[state.device.pci_address]
             self._release(state)
 
     def _release_all(self) -> None:
         for state in self._watched.values():
             self._release(state)
         self._watched.clear()
+        self._owners.clear()
+        self._quiet = None  # its descriptors are closed
 
-    def _release(self, state: _Watched) -> None:
+    def _release(self, state: WatchedDevice) -> None:
         for _, fd in state.kept:
             os.close(fd)
         self._budget.kept -= len(state.kept)

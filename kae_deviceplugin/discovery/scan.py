@@ -17,10 +17,9 @@ The device node is only ever stat()ed: opening it would take a hardware queue.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -28,97 +27,22 @@ from typing import NamedTuple
 from kae_deviceplugin.core.engines import Engine, engine_for_uacce_name
 from kae_deviceplugin.core.health import HealthFacts, judge
 from kae_deviceplugin.core.model import Function, Health, Inventory, UacceDevice
+from kae_deviceplugin.discovery.attributes import (
+    PCI_ADDRESS,
+    AttributeReader,
+    Reading,
+    inside,
+    parse_int,
+    read_attribute,
+    resolve_dir,
+    text,
+)
 
 log = logging.getLogger(__name__)
 
-PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-MAX_ATTR_BYTES = 65536
 # The attributes that change while a device exists; the rest of a device's files are fixed when the
 # kernel creates it. Order: as VolatileReadings holds them.
 VOLATILE_ATTRIBUTES = ("isolate", "dev_state", "available_instances")
-
-
-class _Unreadable:
-    """Marks an attribute file that exists but could not be read or decoded."""
-
-
-UNREADABLE = _Unreadable()
-Reading = str | _Unreadable | None  # None: the file does not exist
-
-
-def read_attribute(path: str) -> Reading:
-    """Read a sysfs attribute as stripped text without ever raising."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
-        return None
-    except OSError:
-        return UNREADABLE
-    try:
-        data = os.read(fd, MAX_ATTR_BYTES)
-    except OSError:
-        return UNREADABLE
-    finally:
-        os.close(fd)
-    return decode_attribute(data)
-
-
-def decode_attribute(data: bytes) -> Reading:
-    """An attribute's bytes as stripped text, UNREADABLE when they are not ASCII."""
-    try:
-        return data.decode("ascii").strip()
-    except UnicodeDecodeError:
-        return UNREADABLE
-
-
-def parse_int(reading: Reading) -> int | None:
-    """An integer attribute (decimal, or 0x-prefixed hex as PCI attributes are), else None."""
-    if not isinstance(reading, str) or not reading:
-        return None
-    try:
-        return int(reading, 0) if reading.lower().startswith(("0x", "-0x")) else int(reading, 10)
-    except ValueError:
-        return None
-
-
-def _text(reading: Reading) -> str | None:
-    return reading if isinstance(reading, str) and reading else None
-
-
-_MAX_LINK_HOPS = 8
-
-
-def _resolve_dir(path: str) -> str | None:
-    """The directory ``path`` leads to, or None for a dangling link, a loop or a non-directory.
-
-    sysfs links point straight at real directories under /sys/devices, so following the link
-    chain lexically is exact there and several times cheaper than realpath's per-component
-    lstat; realpath remains the fallback for trees that put links in the middle of a path.
-    """
-    current = path
-    for _ in range(_MAX_LINK_HOPS):
-        try:
-            target = os.readlink(current)
-        except OSError as err:
-            if err.errno != errno.EINVAL:  # EINVAL: not a link, the walk is over
-                return None
-            break
-        current = os.path.normpath(f"{os.path.dirname(current)}/{target}")
-    else:
-        return None  # a loop, or a chain no kernel makes
-    if os.path.isdir(current) and not os.path.islink(current):
-        return current
-    try:
-        real = os.path.realpath(path, strict=True)
-    except OSError:
-        return None
-    return real if os.path.isdir(real) else None
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root + os.sep)
 
 
 VolatileReadings = tuple[Reading, Reading, Reading]  # as VOLATILE_ATTRIBUTES names them
@@ -169,8 +93,13 @@ class DeviceRead:
     device_link_ok: bool
 
 
-class _Scanner:
-    """One pass over ``class/uacce``; the object only exists to share the roots and the warnings."""
+class DeviceReader:
+    """Reads ``class/uacce`` under one sysfs root: the per-device step and the assembly.
+
+    ``scan()`` is one :meth:`pass_over` its entries; the incremental scanner lists the entries,
+    answers most of them from what it kept and calls :meth:`read_entry` for the rest, and both
+    go through :meth:`collect` and :meth:`inventory`, so the two answers are built alike.
+    """
 
     def __init__(self, sysfs_root: Path, dev_root: Path) -> None:
         self.sysfs_root = str(sysfs_root.resolve())
@@ -197,20 +126,36 @@ class _Scanner:
             self.warn(f"cannot list {self.class_dir}: {err.strerror}")
             return Inventory(warnings=tuple(self.warnings))
 
-    def scan(self) -> Inventory:
+    def pass_over(self) -> Inventory:
+        """Every entry read fully: what ``scan()`` answers."""
         names = self.entries()
         if isinstance(names, Inventory):
             return names
+
+        def device_of(name: str) -> UacceDevice | None:
+            found = self.read_entry(name)
+            return None if found is None else found.device
+
+        return self.inventory(self.collect(names, device_of))
+
+    def collect(
+        self, names: list[str], device_of: Callable[[str], UacceDevice | None]
+    ) -> list[UacceDevice]:
+        """The device of each entry, in listing order, without a second one per PCI function."""
         devices: dict[str, UacceDevice] = {}
         for name in names:
-            engine = engine_for_uacce_name(name)
-            if engine is None:
-                log.debug("ignoring %s: not a KAE engine's uacce device", name)
-                continue
-            found = self.read_device(name, engine)
-            if found is not None:
-                self.admit(devices, name, found.device)
-        return self.inventory(devices)
+            device = device_of(name)
+            if device is not None:
+                self.admit(devices, name, device)
+        return list(devices.values())
+
+    def read_entry(self, name: str) -> DeviceRead | None:
+        """Read one entry fully; None for another driver's entry or one skipped with a warning."""
+        engine = engine_for_uacce_name(name)
+        if engine is None:
+            log.debug("ignoring %s: not a KAE engine's uacce device", name)
+            return None
+        return self.read_device(name, engine)
 
     def admit(self, devices: dict[str, UacceDevice], name: str, device: UacceDevice) -> None:
         """Add ``device`` unless its PCI function is already taken (the PCI address is the key)."""
@@ -223,15 +168,15 @@ class _Scanner:
             return
         devices[device.pci_address] = device
 
-    def inventory(self, devices: dict[str, UacceDevice]) -> Inventory:
-        ordered = sorted(devices.values(), key=lambda d: (d.engine, d.pci_address))
+    def inventory(self, devices: list[UacceDevice]) -> Inventory:
+        ordered = sorted(devices, key=lambda d: (d.engine, d.pci_address))
         return Inventory(devices=tuple(ordered), warnings=tuple(self.warnings))
 
     def read_device(self, name: str, engine: Engine) -> DeviceRead | None:
         """Everything about one ``class/uacce`` entry; None (with a warning) when it is skipped."""
         entry = f"{self.class_dir}/{name}"
-        uacce_dir = _resolve_dir(entry)
-        if uacce_dir is None or not _inside(uacce_dir, self.sysfs_root):
+        uacce_dir = resolve_dir(entry)
+        if uacce_dir is None or not inside(uacce_dir, self.sysfs_root):
             self.warn(f"skipping {entry}: does not resolve to a device directory under the root")
             return None
         pci_dir, link_ok = self.pci_function(uacce_dir)
@@ -239,7 +184,7 @@ class _Scanner:
             self.warn(f"skipping {entry}: cannot tell which PCI function it belongs to")
             return None
         pci_address = os.path.basename(pci_dir)
-        attrs = _AttributeReader(uacce_dir)
+        attrs = AttributeReader(uacce_dir)
         readings: VolatileReadings = (
             attrs("isolate"),
             attrs("dev_state"),
@@ -264,7 +209,7 @@ class _Scanner:
             function=function,
             parent_pf=parent_pf,
             numa_node=self.numa_node(attrs("node_id"), pci_dir),
-            api=_text(attrs("api")),
+            api=text(attrs("api")),
             flags=parse_int(attrs("flags")),
             algorithms=tuple(algorithms.split()) if isinstance(algorithms, str) else (),
             available_instances=volatile.available_instances,
@@ -287,7 +232,7 @@ class _Scanner:
         The kernel places the class device at ``<pci function>/uacce/<name>``, so when the
         ``device`` link is broken the path itself still names the function.
         """
-        linked = _resolve_dir(f"{uacce_dir}/device")
+        linked = resolve_dir(f"{uacce_dir}/device")
         if linked is not None and PCI_ADDRESS.match(os.path.basename(linked)):
             return linked, True
         parent = os.path.dirname(uacce_dir)
@@ -319,7 +264,7 @@ class _Scanner:
             except OSError:
                 target = ""
             return Function.VF, target if PCI_ADDRESS.match(target) else None
-        device_id = _text(read_attribute(f"{pci_dir}/device"))
+        device_id = text(read_attribute(f"{pci_dir}/device"))
         if device_id is not None and device_id.lower() == engine.vf_device_id:
             return Function.VF, None
         return Function.PF, None
@@ -334,33 +279,27 @@ class _Scanner:
 
 def _module_version(driver_dir: str) -> str | None:
     """The version of the module behind a driver, None where it has no module (built in)."""
-    module_dir = _resolve_dir(f"{driver_dir}/module")
+    module_dir = resolve_dir(f"{driver_dir}/module")
     return None if module_dir is None else module_version(module_dir)
 
 
 def module_version(module_dir: str) -> str | None:
     """A ``/sys/module/<name>`` directory's ``version`` where the module sets MODULE_VERSION, else
     its ``srcversion`` (a checksum of its sources), else None."""
-    found = (_text(read_attribute(f"{module_dir}/{a}")) for a in ("version", "srcversion"))
+    found = (text(read_attribute(f"{module_dir}/{a}")) for a in ("version", "srcversion"))
     return next((v for v in found if v is not None), None)
 
 
-class _AttributeReader:
-    """Reads a class device's attributes, whichever layout the kernel used.
+def read_available_instances(device: UacceDevice) -> int | None:
+    """The device's free queues now, read from sysfs (None while unreadable or negative).
 
-    openEuler 4.19 / KAE 1.x kernels put every attribute under ``attrs/``; everything newer puts
-    them directly in the device directory.
+    The scan loop does not read ``available_instances`` per tick (only full passes do): what
+    needs the current figure, the metrics at scrape time, reads it here.
     """
-
-    def __init__(self, uacce_dir: str) -> None:
-        attrs_dir = f"{uacce_dir}/attrs"
-        flat = os.path.exists(f"{uacce_dir}/api") or not os.path.isdir(attrs_dir)
-        self.base = uacce_dir if flat else attrs_dir
-
-    def __call__(self, attribute: str) -> Reading:
-        return read_attribute(f"{self.base}/{attribute}")
+    value = parse_int(AttributeReader(device.sysfs_path)("available_instances"))
+    return value if value is not None and value >= 0 else None
 
 
 def scan(sysfs_root: Path, dev_root: Path) -> Inventory:
     """Discover every KAE UACCE device under ``sysfs_root``; never raises on odd input."""
-    return _Scanner(sysfs_root, dev_root).scan()
+    return DeviceReader(sysfs_root, dev_root).pass_over()

@@ -14,7 +14,7 @@ on every healthy device would be most of the exposition and say nothing ``health
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client.exposition import choose_encoder
@@ -23,6 +23,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from kae_deviceplugin.core.model import Inventory, UacceDevice
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.discovery.scan import read_available_instances
 from kae_deviceplugin.kubelet.podresources import Allocations
 
 DEVICE_LABELS = ("engine", "device", "pci_address")
@@ -48,8 +49,14 @@ def _shown(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def inventory_families(inventory: Inventory) -> list[Metric]:
-    """What the node has: identity, health with its reasons, free queues."""
+def inventory_families(
+    inventory: Inventory, queues_of: Callable[[UacceDevice], int | None] = read_available_instances
+) -> list[Metric]:
+    """What the node has: identity, health with its reasons, free queues.
+
+    Free queues are read from sysfs now (``queues_of``), not taken from the inventory: the scan
+    loop reads them only at its full passes, and a scrape is when someone wants the figure.
+    """
     info = GaugeMetricFamily(
         "kae_device_info",
         "A KAE device of this node (always 1); its attributes are the labels.",
@@ -83,8 +90,9 @@ def inventory_families(inventory: Inventory) -> list[Metric]:
         healthy.add_metric(ids, 1 if device.healthy else 0)
         for reason in device.reasons:
             reasons.add_metric([*ids, reason], 1)
-        if device.available_instances is not None:
-            queues.add_metric(ids, device.available_instances)
+        free = queues_of(device)
+        if free is not None:
+            queues.add_metric(ids, free)
     return [info, healthy, reasons, queues, driver_family(inventory)]
 
 

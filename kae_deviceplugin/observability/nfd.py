@@ -35,9 +35,9 @@ and only when the labels change or the expiry needs renewing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -46,13 +46,13 @@ from typing import Protocol
 
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container import safe_fs
+from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.model import Function, Inventory
 
 log = logging.getLogger(__name__)
 
 LABEL_PREFIX = "feature.node.kubernetes.io/"
-RECHECK_SECONDS = 60.0  # how often an unchanged inventory's file is looked at
 FEATURE_TTL = timedelta(hours=1)
 EXPIRY_DIRECTIVE = "# +expiry-time="
 MAX_LABEL_LENGTH = 63
@@ -158,6 +158,7 @@ class FeatureFile:
     path: Path
     ttl: timedelta | None = FEATURE_TTL
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    expires: datetime | None = None  # the file's expiry as the last update() left it
 
     def update(self, labels: Mapping[str, str]) -> bool:
         """Bring the file in line with ``labels``; True if it was written. Raises OSError."""
@@ -165,9 +166,11 @@ class FeatureFile:
         text = read_file(self.path)
         current, expires = (None, None) if text is None else parse(text)
         if current == dict(labels) and not self._renew_due(expires, now):
+            self.expires = expires
             return False
         new_expiry = None if self.ttl is None else now + self.ttl
         replace_file(self.path, render(labels, new_expiry))
+        self.expires = new_expiry
         if current != dict(labels):
             log.info("NFD feature file %s now holds %d labels", self.path, len(labels))
         return True
@@ -184,38 +187,76 @@ class Observed(Protocol):
     @property
     def settings(self) -> Settings: ...
     @property
-    def inventory(self) -> Inventory: ...
+    def inventories(self) -> LatestValue[Inventory]: ...
 
 
 async def nfd_task(daemon: Observed) -> None:
-    """Root task: keep the feature file in line with each scan; failures are logged, not fatal."""
+    """Root task: keep the feature file in line with the inventory; failures are logged, not fatal.
+
+    It wakes when the daemon publishes a changed inventory and when the file's expiry needs
+    renewing (about every half hour), nothing else; after a failed write it retries every scan
+    interval until the file can be written.
+    """
     path = daemon.settings.nfd_features_file
     if path is None:
         await asyncio.Future()  # disabled: idle (a root task that returns would stop the daemon)
         return
-    feature_file = FeatureFile(path)
-    last_error: str | None = None
-    written: object = None  # the inventory object last written, while the file needs no renewal
-    recheck_at = 0.0
-    while True:
-        inventory = daemon.inventory
-        # The scanner hands back the same object while nothing moved: then there is nothing to
-        # compute or read until the expiry header needs renewing (checked every minute).
-        if inventory is not written or time.monotonic() >= recheck_at:
-            try:
-                await asyncio.to_thread(feature_file.update, feature_labels(inventory))
-                written, recheck_at = inventory, time.monotonic() + RECHECK_SECONDS
-                if last_error is not None:
-                    log.info("NFD feature file %s is writable again", path)
-                last_error = None
-            except OSError as err:
-                written = None
-                if err.strerror != last_error:
-                    log.warning(
-                        "cannot write the NFD feature file %s (%s); no KAE node labels until it "
-                        "can be written (is features.d mounted?)",
-                        path,
-                        err.strerror or err,
-                    )
-                last_error = err.strerror or str(err)
-        await asyncio.sleep(max(daemon.settings.scan_interval, 0.1))
+    writer = FeatureWriter(FeatureFile(path))
+    latest: list[Inventory] = []
+    changed = asyncio.Event()
+
+    async def follow() -> None:
+        async for _version, inventory in daemon.inventories.updates():
+            latest[:] = [inventory]
+            changed.set()
+
+    follower = asyncio.create_task(follow())
+    try:
+        while True:
+            await changed.wait()
+            changed.clear()
+            while not await writer.write(latest[0]):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), max(daemon.settings.scan_interval, 0.1))
+                changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), writer.renewal_due())
+            changed.set()  # a new inventory, or the expiry to renew: write (update() decides)
+    finally:
+        follower.cancel()
+
+
+class FeatureWriter:
+    """Writes off the loop; logs a failure once per kind and once when it clears."""
+
+    def __init__(self, feature_file: FeatureFile) -> None:
+        self.feature_file = feature_file
+        self.last_error: str | None = None
+
+    async def write(self, inventory: Inventory) -> bool:
+        path = self.feature_file.path
+        try:
+            await asyncio.to_thread(self.feature_file.update, feature_labels(inventory))
+        except OSError as err:
+            if err.strerror != self.last_error:
+                log.warning(
+                    "cannot write the NFD feature file %s (%s); no KAE node labels until it "
+                    "can be written (is features.d mounted?)",
+                    path,
+                    err.strerror or err,
+                )
+            self.last_error = err.strerror or str(err)
+            return False
+        if self.last_error is not None:
+            log.info("NFD feature file %s is writable again", path)
+        self.last_error = None
+        return True
+
+    def renewal_due(self) -> float:
+        """Seconds until the file's expiry is due for renewal (half its life left), a second
+        past it so that update() sees it due; a day when the file has no expiry."""
+        file = self.feature_file
+        if file.ttl is None or file.expires is None:
+            return 86400.0
+        left = file.expires - file.ttl / 2 - file.clock()
+        return max(1.0, left.total_seconds() + 1.0)

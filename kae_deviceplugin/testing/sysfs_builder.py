@@ -117,12 +117,24 @@ def remove_device(root: Path, name: str, *, remove_function: bool = False) -> No
 
 
 def set_attribute(root: Path, name: str, attr: str, value: str | None) -> None:
-    """Atomically replace (or, with None, remove) a uacce attribute, in ``attrs/`` if present."""
+    """Atomically replace (or, with None, remove) a uacce attribute, in ``attrs/`` if present.
+
+    ``isolate`` of a PF is also written to the uacce devices of its VFs: the kernel has one
+    isolation flag per PF, which a VF's ``isolate`` reads (``hisi_qm_get_isolate_state``).
+    """
     udir = find_uacce_dir(root, name)
+    _write(_attribute_dir(udir) / attr, value)
+    if attr == "isolate":
+        for virtfn in sorted(udir.parent.parent.glob("virtfn*")):
+            for vf_udir in sorted((virtfn.resolve() / "uacce").glob("*")):
+                _write(_attribute_dir(vf_udir) / attr, value)
+
+
+def _attribute_dir(udir: Path) -> Path:
     for subdir in ATTRS_SUBDIR.values():
         if (udir / subdir).is_dir():
-            udir = udir / subdir
-    _write(udir / attr, value)
+            return udir / subdir
+    return udir
 
 
 def set_pci_attribute(root: Path, pci_address: str, attr: str, value: str | None) -> None:

@@ -108,13 +108,16 @@ def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
 def test_event_requests_rescan_counts_and_logs(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Each add/change/remove sets rescan_now, bumps the per-action counter, logs one INFO line."""
+    """Each add/change/remove sets rescan_now, bumps the per-action counter, logs one INFO line;
+    while the monitor works the scanner's ticks leave entries, /dev nodes and links to it."""
     caplog.set_level(logging.INFO, logger="kae_deviceplugin.daemon.hotplug")
     monitor = FakeMonitor()
     daemon = make_daemon(tmp_path)
 
     async def main() -> None:
+        assert not daemon.scanner.links_by_uevents
         task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        await until(lambda: daemon.scanner.links_by_uevents, "ticks leaving links to uevents")
         for action in ("add", "change", "remove"):
             before = udev_count(daemon, action)
             daemon.rescan_now.clear()
@@ -259,6 +262,7 @@ def test_a_monitor_that_keeps_failing_is_given_up(
             await asyncio.sleep(0)
         assert monitor.polls == polls == hotplug.MAX_CONSECUTIVE_ERRORS
         assert loop.remove_reader(monitor.fileno()) is False
+        assert not daemon.scanner.links_by_uevents, "ticks must look at the links again"
         assert not task.done()
         await stop(task)
 

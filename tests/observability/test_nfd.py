@@ -6,20 +6,23 @@ import asyncio
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.daemon.supervisor import Daemon
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.observability.nfd import (
     EXPIRY_DIRECTIVE,
+    FEATURE_TTL,
     LABEL_PREFIX,
     FeatureFile,
+    FeatureWriter,
     feature_labels,
     nfd_task,
     parse,
@@ -166,17 +169,21 @@ def test_without_ttl_no_expiry_is_written(tmp_path: Path) -> None:
 
 
 class FakeDaemon:
-    """Settings and an inventory; counts reads of the inventory (one per writer pass)."""
+    """Settings and the inventory broadcast; counts the writer's passes (FeatureFile.update)."""
 
     def __init__(self, settings: Settings, inventory: Inventory) -> None:
         self.settings = settings
-        self._inventory = inventory
+        self.inventories = LatestValue(inventory)
         self.reads = 0
 
-    @property
-    def inventory(self) -> Inventory:
-        self.reads += 1
-        return self._inventory
+    def counting(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        real = FeatureFile.update
+
+        def update(file: FeatureFile, labels: Mapping[str, str]) -> bool:
+            self.reads += 1
+            return real(file, labels)
+
+        monkeypatch.setattr(FeatureFile, "update", update)
 
 
 async def wait_while_running(task: asyncio.Task[None], check: Callable[[], bool]) -> bool:
@@ -191,13 +198,14 @@ async def wait_while_running(task: asyncio.Task[None], check: Callable[[], bool]
 
 
 def test_unwritable_directory_warns_once_and_recovers(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A missing features.d: one warning however many scans, no crash; written once it exists."""
+    """A missing features.d: one warning however many retries, no crash; written once it exists."""
     caplog.set_level(logging.INFO, logger="kae_deviceplugin.observability.nfd")
     path = tmp_path / "features.d" / "kae"
     settings = dataclasses.replace(Settings(), nfd_features_file=path, scan_interval=0.01)
     daemon = FakeDaemon(settings, fixture_inventory("kunpeng920-2p"))
+    daemon.counting(monkeypatch)
 
     async def scenario() -> None:
         task = asyncio.create_task(nfd_task(daemon))
@@ -214,9 +222,48 @@ def test_unwritable_directory_warns_once_and_recovers(
     assert parse(path.read_text())[0][P + "kae-hpre.pfs"] == "2"
 
 
-def test_disabled_writer_idles() -> None:
+def test_an_unchanged_inventory_wakes_nothing_and_a_new_one_is_written_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer runs when the inventory changes, not every scan interval: with the interval
+    at 10 ms, half a second of an unchanged inventory is no pass; a published one is written."""
+    path = tmp_path / "kae"
+    settings = dataclasses.replace(Settings(), nfd_features_file=path, scan_interval=0.01)
+    daemon = FakeDaemon(settings, fixture_inventory("kunpeng920-2p"))
+    daemon.counting(monkeypatch)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(nfd_task(daemon))
+        assert await wait_while_running(task, lambda: daemon.reads == 1 and path.exists())
+        await asyncio.sleep(0.5)  # a window for what must not happen: a pass without a change
+        assert daemon.reads == 1
+        daemon.inventories.publish(fixture_inventory("kunpeng920-2p-vfs"))
+        vfs = P + "kae-zip.vfs"
+        assert await wait_while_running(
+            task, lambda: path.exists() and parse(path.read_text())[0].get(vfs) == "4"
+        )
+        assert daemon.reads == 2
+        task.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_the_expiry_is_renewed_when_half_its_life_is_left(tmp_path: Path) -> None:
+    """The writer's one timer: due a second after half the TTL is left, by the file's expiry."""
+    clock = Clock()
+    feature_file = FeatureFile(tmp_path / "kae", clock=clock)
+    writer = FeatureWriter(feature_file)
+    assert writer.renewal_due() == 86400.0  # nothing written yet: no expiry to renew
+    feature_file.update({P + "kae.present": "true"})
+    assert writer.renewal_due() == FEATURE_TTL.total_seconds() / 2 + 1
+    clock.now += FEATURE_TTL / 2 + timedelta(seconds=1)
+    assert feature_file.update({P + "kae.present": "true"}), "renewal due: rewritten"
+
+
+def test_disabled_writer_idles(monkeypatch: pytest.MonkeyPatch) -> None:
     """nfd_features_file None: the task idles, never returning (that would stop the daemon)."""
     daemon = FakeDaemon(Settings(nfd_features_file=None), fixture_inventory("kunpeng920-2p"))
+    daemon.counting(monkeypatch)
 
     async def scenario() -> None:
         with pytest.raises(TimeoutError):

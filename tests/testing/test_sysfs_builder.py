@@ -279,6 +279,19 @@ def test_spec_flags_leave_out_driver_dev_node_and_device_link(tmp_path: Path) ->
     assert _class_entry(tmp_path, "hisi_hpre-2").resolve() == udir.resolve()
 
 
+def test_isolate_of_a_pf_is_what_its_vfs_read(tmp_path: Path) -> None:
+    """As in the kernel (one flag per PF), a PF's isolate written shows in its VFs' isolate;
+    a VF's own write and other attributes stay with the device written."""
+    build_tree(tmp_path, [_hpre(), vf_of(_hpre(), 0, 9), vf_of(_hpre(), 1, 10)])
+    set_attribute(tmp_path, "hisi_hpre-2", "isolate", "1")
+    for name in ("hisi_hpre-2", "hisi_hpre-9", "hisi_hpre-10"):
+        assert _read(find_uacce_dir(tmp_path, name) / "isolate") == "1\n"
+    set_attribute(tmp_path, "hisi_hpre-2", "dev_state", "-1")
+    assert _read(find_uacce_dir(tmp_path, "hisi_hpre-9") / "dev_state") == "0\n"
+    set_attribute(tmp_path, "hisi_hpre-9", "isolate", "0")
+    assert _read(find_uacce_dir(tmp_path, "hisi_hpre-10") / "isolate") == "1\n"
+
+
 def test_set_attribute_replaces_atomically_and_removes(tmp_path: Path) -> None:
     """set_attribute swaps the file in whole (no temp file left), and None removes it."""
     build_tree(tmp_path, [_hpre()])

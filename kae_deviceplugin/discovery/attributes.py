@@ -1,0 +1,110 @@
+"""Reading sysfs without ever raising: attribute files, integers, link chains, both layouts."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+MAX_ATTR_BYTES = 65536
+
+
+class _Unreadable:
+    """Marks an attribute file that exists but could not be read or decoded."""
+
+
+UNREADABLE = _Unreadable()
+Reading = str | _Unreadable | None  # None: the file does not exist
+
+
+def read_attribute(path: str) -> Reading:
+    """Read a sysfs attribute as stripped text without ever raising."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    except OSError:
+        return UNREADABLE
+    try:
+        data = os.read(fd, MAX_ATTR_BYTES)
+    except OSError:
+        return UNREADABLE
+    finally:
+        os.close(fd)
+    return decode_attribute(data)
+
+
+def decode_attribute(data: bytes) -> Reading:
+    """An attribute's bytes as stripped text, UNREADABLE when they are not ASCII."""
+    try:
+        return data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return UNREADABLE
+
+
+def parse_int(reading: Reading) -> int | None:
+    """An integer attribute (decimal, or 0x-prefixed hex as PCI attributes are), else None."""
+    if not isinstance(reading, str) or not reading:
+        return None
+    try:
+        return int(reading, 0) if reading.lower().startswith(("0x", "-0x")) else int(reading, 10)
+    except ValueError:
+        return None
+
+
+def text(reading: Reading) -> str | None:
+    return reading if isinstance(reading, str) and reading else None
+
+
+_MAX_LINK_HOPS = 8
+
+
+def resolve_dir(path: str) -> str | None:
+    """The directory ``path`` leads to, or None for a dangling link, a loop or a non-directory.
+
+    sysfs links point straight at real directories under /sys/devices, so following the link
+    chain lexically is exact there and several times cheaper than realpath's per-component
+    lstat; realpath remains the fallback for trees that put links in the middle of a path.
+    """
+    current = path
+    for _ in range(_MAX_LINK_HOPS):
+        try:
+            target = os.readlink(current)
+        except OSError as err:
+            if err.errno != errno.EINVAL:  # EINVAL: not a link, the walk is over
+                return None
+            break
+        current = os.path.normpath(f"{os.path.dirname(current)}/{target}")
+    else:
+        return None  # a loop, or a chain no kernel makes
+    if os.path.isdir(current) and not os.path.islink(current):
+        return current
+    try:
+        real = os.path.realpath(path, strict=True)
+    except OSError:
+        return None
+    return real if os.path.isdir(real) else None
+
+
+def inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+class AttributeReader:
+    """Reads a class device's attributes, whichever layout the kernel used.
+
+    openEuler 4.19 / KAE 1.x kernels put every attribute under ``attrs/``; everything newer puts
+    them directly in the device directory.
+    """
+
+    def __init__(self, uacce_dir: str) -> None:
+        attrs_dir = f"{uacce_dir}/attrs"
+        flat = os.path.exists(f"{uacce_dir}/api") or not os.path.isdir(attrs_dir)
+        self.base = uacce_dir if flat else attrs_dir
+
+    def __call__(self, attribute: str) -> Reading:
+        return read_attribute(f"{self.base}/{attribute}")
