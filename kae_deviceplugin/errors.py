@@ -6,6 +6,7 @@
     ├── InvalidConfig           a file, flag or KAE_DP_* value breaks a rule (every problem listed)
     ├── StartupError            serve cannot start: a path, the cause and the fix, on one line
     ├── AllocationError         an Allocate the plugin refuses, with the gRPC status to answer
+    ├── ScanDeferred            discovery cannot look now (out of file descriptors): keep the last
     ├── UnsafeSocketPath        a socket path we must not create, follow or delete
     ├── SocketInUse             another live process serves the socket we were about to create
     ├── SocketVanished          our freshly bound socket was deleted at once (a kubelet's sweep)
@@ -100,6 +101,11 @@ class AllocationError(KaeDevicePluginError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class ScanDeferred(KaeDevicePluginError):
+    """Discovery could not look at sysfs this time for a reason of our own process (out of file
+    descriptors), which says nothing about the node: the last inventory stays in force."""
 
 
 class UnsafeSocketPath(KaeDevicePluginError):

@@ -18,7 +18,7 @@ from kae_deviceplugin.config.resolve import check_config
 from kae_deviceplugin.config.schema import ENV_PREFIX, OPTIONS_BY_FIELD, default_of
 from kae_deviceplugin.daemon.run import run_serve
 from kae_deviceplugin.discovery.scan import scan
-from kae_deviceplugin.errors import InvalidConfig
+from kae_deviceplugin.errors import InvalidConfig, ScanDeferred
 from kae_deviceplugin.observability import logs
 from kae_deviceplugin.observability.events import log_warning_changes
 
@@ -114,7 +114,10 @@ def list_command(
     for flag, root in (("--sysfs-root", sysfs_root), ("--dev-root", dev_root)):
         if not root.is_dir():
             raise BadInvocation(f"{flag} {root}: not a directory")
-    inventory = scan(sysfs_root, dev_root)
+    try:
+        inventory = scan(sysfs_root, dev_root)
+    except ScanDeferred as err:
+        raise click.ClickException(str(err)) from None
     log_warning_changes((), inventory.warnings)
     click.echo(render_json(inventory) if output == "json" else render_table(inventory))
 

@@ -29,6 +29,7 @@ from kae_deviceplugin.daemon.preflight import prepare_socket_dir
 from kae_deviceplugin.daemon.roots import run_until_one_ends, signal_handlers
 from kae_deviceplugin.daemon.servers import ServerSet
 from kae_deviceplugin.discovery.incremental import IncrementalScanner
+from kae_deviceplugin.errors import ScanDeferred
 from kae_deviceplugin.kubelet.pluginwatcher import choose_registrar
 from kae_deviceplugin.kubelet.server import ResourceServer, ServingPolicy
 from kae_deviceplugin.observability.events import log_inventory_changes
@@ -64,6 +65,7 @@ class Daemon:
         # Answers exactly what discovery's full scan would, re-reading only volatile signals.
         self.scanner = IncrementalScanner(settings.sysfs_root, settings.dev_root)
         self.container_files = ContainerFiles()
+        self._scan_deferred = False  # the last scan could not look (logged once)
         self._reload_requested = False
         self.loop: asyncio.AbstractEventLoop | None = None
         # The registration mode is decided here, once; nothing re-tests the filesystem for it.
@@ -175,7 +177,14 @@ class Daemon:
 
     async def rescan(self) -> None:
         started = time.perf_counter()
-        inventory = await asyncio.to_thread(self.scanner.scan)
+        try:
+            inventory = await asyncio.to_thread(self.scanner.scan)
+        except ScanDeferred as err:  # our own shortage, not the node's: keep what we know
+            if not self._scan_deferred:
+                log.warning("%s; keeping the last inventory until it can be read", err)
+            self._scan_deferred = True
+            return
+        self._scan_deferred = False
         self.counters.scan_duration.observe(time.perf_counter() - started)
         # The scanner hands back the very same object when nothing moved; a failed update of
         # the container view is retried each tick even so.

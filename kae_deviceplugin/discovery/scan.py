@@ -17,6 +17,7 @@ The device node is only ever stat()ed: opening it would take a hardware queue.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from kae_deviceplugin.discovery.attributes import (
     resolve_dir,
     text,
 )
+from kae_deviceplugin.errors import ScanDeferred
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +125,10 @@ class DeviceReader:
             log.debug("%s does not exist: no UACCE devices on this node", self.class_dir)
             return Inventory()
         except OSError as err:
+            if err.errno in (errno.EMFILE, errno.ENFILE):
+                # Our process is out of descriptors: an empty answer would "remove" every device
+                # and flap the node's capacity. The node has not changed; look again later.
+                raise ScanDeferred(f"cannot list {self.class_dir} now: {err.strerror}") from None
             self.warn(f"cannot list {self.class_dir}: {err.strerror}")
             return Inventory(warnings=tuple(self.warnings))
 

@@ -1,8 +1,11 @@
-"""A persistent fault logs once, not once per tick: 25,000 broken class/uacce entries."""
+"""A persistent fault logs once, not once per tick (25,000 broken class/uacce entries); a
+shortage of our own (out of file descriptors) is not taken for the node losing its devices."""
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import shutil
 
 import pytest
@@ -10,9 +13,9 @@ import pytest
 from kae_deviceplugin.daemon.supervisor import Daemon
 from kae_deviceplugin.observability.events import MAX_LISTED
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
-from kae_deviceplugin.testing.sysfs_builder import add_class_link
+from kae_deviceplugin.testing.sysfs_builder import add_class_link, set_attribute
 from kae_deviceplugin.testing.sysfs_trees import TREES
-from tests.support.harness import DaemonThread, settings_for, short_tmpdir
+from tests.support.harness import DaemonThread, running_node, settings_for, short_tmpdir
 from tests.support.observability_harness import wait_until
 
 BROKEN = 25_000
@@ -76,3 +79,31 @@ def test_a_huge_broken_tree_logs_each_change_once_in_bounded_lines(
         finally:
             runner.stop()
             kubelet.stop()
+
+
+def test_running_out_of_file_descriptors_keeps_the_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """EMFILE while listing class/uacce is our shortage, not the node's: no device is 'removed',
+    the kubelet keeps seeing every device, and one warning says so; then scanning resumes."""
+    with running_node(scan_interval=0.05) as node:
+        assert node.wait_registered()
+        class_dir = str(node.root / "sys" / "class" / "uacce")
+        real_listdir = os.listdir
+        calls = []
+
+        def out_of_fds(path: str = ".") -> list[str]:
+            if str(path) == class_dir:
+                calls.append(path)
+                raise OSError(errno.EMFILE, "Too many open files")
+            return real_listdir(path)
+
+        monkeypatch.setattr(os, "listdir", out_of_fds)
+        node.daemon.call_threadsafe(node.daemon.scanner.invalidate)  # a full pass lists again
+        node.daemon.call_threadsafe(node.daemon.rescan_now.set)
+        assert wait_until(lambda: len(calls) >= 3), "the class directory was not listed again"
+        assert all(len(node.view(r)) == 2 for r in node.kubelet.resources())
+        assert len(node.daemon.inventory) == 6
+        monkeypatch.setattr(os, "listdir", real_listdir)
+        set_attribute(node.root, "hisi_sec2-0", "isolate", "1")
+        assert node.wait_view(
+            "openfuyao.com/kae.sec", lambda v: v["0000:76:00.0"][0] == "Unhealthy"
+        )
