@@ -29,6 +29,12 @@ echo END
 exec sleep 3600
 """
 
+HOST_PATHS_FIX = (
+    "product change needed: Allocate answers /dev/<name> and /sys/devices/... whatever "
+    "--dev-root/--sysfs-root say, so containerd cannot find a fixture tree's device nodes and "
+    "PCI-function mounts (issue 12, 'Answers must name paths the runtime can find')"
+)
+
 FAILED_WAITING = {
     "CreateContainerError",
     "CreateContainerConfigError",

@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from tests.e2e.cluster import Cluster, FixtureTree, Plugin, wait_until
-from tests.e2e.pods import allocated_names, host_dev_nodes, manifest, read_report, wait_running
+from tests.e2e.pods import (
+    HOST_PATHS_FIX,
+    allocated_names,
+    host_dev_nodes,
+    manifest,
+    read_report,
+    wait_running,
+)
 
 TREE = "kunpeng920-2p"
 
@@ -74,3 +81,28 @@ def test_cdi_mode_gives_the_pod_its_devices_through_cdi_devices(
             assert {f"/dev/{n}" for n in names} <= oci_devices, oci_devices
         finally:
             cluster.delete_pod("kae-cdi")
+
+
+@pytest.mark.xfail(strict=True, reason=HOST_PATHS_FIX)
+@pytest.mark.timeout(300)
+def test_cdi_mode_on_a_fixture_tree_with_the_sysfs_view(
+    cluster: Cluster,
+    tree_factory: Callable[[str], FixtureTree],
+    plugin_factory: Callable[..., Plugin],
+) -> None:
+    """CDI mode serving a fixture tree (dev and sysfs roots in a temp dir, the view on): the CDI
+    spec's device nodes and PCI-function mounts name paths under the plugin's roots, so the pod
+    runs and reads its own devices through /sys/class/uacce."""
+    tree = tree_factory(TREE)
+    cdi_dir = cluster.kubelet_root.parent / "cdi"
+    plugin_factory(tree, "kubelet-socket", ["--cdi", "on", "--cdi-dir", str(cdi_dir)])
+    cluster.wait_resources(capacity=tree.counts(), allocatable=tree.counts())
+    try:
+        cluster.apply(manifest(cluster, "kae-cdi-view", {"hpre": 1, "sec": 1}))
+        wait_running(cluster, "kae-cdi-view")
+        report = read_report(cluster, "kae-cdi-view")
+        names = allocated_names(report)
+        assert report.dev == names and len(names) == 2, report
+        assert set(report.readable) == names, report
+    finally:
+        cluster.delete_pod("kae-cdi-view")

@@ -11,6 +11,7 @@ import pytest
 
 from tests.e2e.cluster import PREFIX, Cluster, FixtureTree, Plugin, wait_until
 from tests.e2e.pods import (
+    HOST_PATHS_FIX,
     allocated_names,
     host_dev_nodes,
     manifest,
@@ -20,11 +21,6 @@ from tests.e2e.pods import (
 )
 
 TREE = "kunpeng920-2p"
-HOST_PATHS_FIX = (
-    "product change needed: Allocate answers /dev/<name> and /sys/devices/... whatever "
-    "--dev-root/--sysfs-root say, so containerd cannot find a fixture tree's device nodes and "
-    "PCI-function mounts (issue 12, 'Answers must name paths the runtime can find')"
-)
 
 
 def _plugin_exe(plugin: Plugin) -> str:
