@@ -3,9 +3,10 @@ with real device nodes, and the plugin as a host process.
 
 The e2e tests run only with KAE_E2E=1 (scripts/cluster/ci-e2e sets it); the plain unit run skips
 them without starting anything. When the five KAE_E2E_*/KUBECONFIG exports are already set, that
-cluster is used as it is; otherwise scripts/cluster/up starts one (and scripts/cluster/down stops
-it at the end). In CI (CI=true) or with KAE_REQUIRE_E2E=1 a cluster that cannot start is an error;
-elsewhere the tests skip with up's one-line reason.
+cluster is used as it is; otherwise scripts/cluster/up starts one (or reuses a running one) and
+scripts/cluster/down stops it at the end if this session started it. In CI (CI=true) or with
+KAE_REQUIRE_E2E=1 a cluster that cannot start is an error; elsewhere the tests skip with up's
+one-line reason.
 """
 
 from __future__ import annotations
@@ -70,10 +71,13 @@ def cluster() -> Iterator[Cluster]:
         if _required():
             pytest.fail(f"the e2e cluster could not start: {reason}", pytrace=False)
         pytest.skip(f"the e2e cluster could not start: {reason}")
+    reused = "reusing the running cluster" in proc.stderr
     try:
         yield Cluster.from_env(parse_exports(proc.stdout))
     finally:
-        subprocess.run([str(CLUSTER_SCRIPTS / "down")], check=False, timeout=300)
+        # Stop only a cluster this session started.
+        if not reused:
+            subprocess.run([str(CLUSTER_SCRIPTS / "down")], check=False, timeout=300)
 
 
 @pytest.fixture
