@@ -48,11 +48,13 @@ def _scheduled_reason(cluster: Cluster, name: str) -> str | None:
     return None
 
 
+@pytest.mark.parametrize("mode", ["kubelet-socket", "plugin-watcher"])
 @pytest.mark.timeout(300)
 def test_pod_gets_its_devices_and_env_and_frees_them(
     cluster: Cluster,
     tree_factory: Callable[[str], FixtureTree],
     plugin_factory: Callable[..., Plugin],
+    mode: str,
 ) -> None:
     """A pod with limits {kae.hpre: 1, kae.sec: 1} runs on containerd with exactly its two /dev
     nodes and the KAE_* variables naming them; a pod asking for more hpre than is free stays
@@ -65,9 +67,7 @@ def test_pod_gets_its_devices_and_env_and_frees_them(
     runtime (see the xfail test below)."""
     tree = tree_factory(TREE)
     with host_dev_nodes(tree) as dev_root:
-        plugin = plugin_factory(
-            tree, "kubelet-socket", ["--container-sysfs-view", "off"], dev_root=dev_root
-        )
+        plugin = plugin_factory(tree, mode, ["--container-sysfs-view", "off"], dev_root=dev_root)
         cluster.wait_resources(capacity=tree.counts(), allocatable=tree.counts())
         try:
             cluster.apply(manifest(cluster, "kae-a", {"hpre": 1, "sec": 1}))
