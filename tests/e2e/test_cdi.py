@@ -1,0 +1,108 @@
+"""CDI mode on containerd 2: the kubelet passes the plugin's cdi_devices to the runtime, which
+resolves them from the plugin's spec file and gives the container the devices."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.e2e.cluster import Cluster, FixtureTree, Plugin, wait_until
+from tests.e2e.pods import (
+    HOST_PATHS_FIX,
+    allocated_names,
+    host_dev_nodes,
+    manifest,
+    read_report,
+    wait_running,
+)
+
+TREE = "kunpeng920-2p"
+
+
+def _crictl(cluster: Cluster, *args: str) -> str:
+    sock = cluster.kubelet_root.parent / "containerd" / "containerd.sock"
+    return subprocess.run(
+        [str(cluster.bin / "crictl"), "--runtime-endpoint", f"unix://{sock}", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+
+
+def _container_info(cluster: Cluster, pod: str) -> dict[str, Any]:
+    ids = _crictl(cluster, "ps", "-q", "--label", f"io.kubernetes.pod.name={pod}").split()
+    assert len(ids) == 1, ids
+    info: dict[str, Any] = json.loads(_crictl(cluster, "inspect", ids[0]))
+    return info
+
+
+@pytest.mark.timeout(300)
+def test_cdi_mode_gives_the_pod_its_devices_through_cdi_devices(
+    cluster: Cluster,
+    tree_factory: Callable[[str], FixtureTree],
+    plugin_factory: Callable[..., Plugin],
+) -> None:
+    """With --cdi on and its spec in the directory containerd reads, a pod with
+    {kae.hpre: 1, kae.sec: 1} runs; the CRI container config carries the
+    openfuyao.com/kae=<pci address> CDI names and no raw device specs, and the runtime's OCI
+    spec has the two device nodes the CDI spec names (the dev root is the host's /dev: see
+    test_pods for why)."""
+    tree = tree_factory(TREE)
+    cdi_dir = cluster.kubelet_root.parent / "cdi"
+    with host_dev_nodes(tree) as dev_root:
+        plugin_factory(
+            tree,
+            "kubelet-socket",
+            ["--container-sysfs-view", "off", "--cdi", "on", "--cdi-dir", str(cdi_dir)],
+            dev_root=dev_root,
+        )
+        cluster.wait_resources(capacity=tree.counts(), allocatable=tree.counts())
+        spec_file = cdi_dir / "openfuyao.com-kae.json"
+        wait_until("CDI spec written", spec_file.exists)
+        try:
+            cluster.apply(manifest(cluster, "kae-cdi", {"hpre": 1, "sec": 1}))
+            wait_running(cluster, "kae-cdi")
+            report = read_report(cluster, "kae-cdi")
+            names = allocated_names(report)
+            assert report.dev == names and len(names) == 2, report
+            info = _container_info(cluster, "kae-cdi")
+            config = info["info"]["config"]
+            cdi = sorted(
+                d["name"] for d in config.get("CDI_devices", config.get("cdi_devices", []))
+            )
+            assert cdi == sorted(f"openfuyao.com/kae={tree.pci_address(n)}" for n in names), config
+            assert not config.get("devices"), config
+            oci_devices = {d["path"] for d in info["info"]["runtimeSpec"]["linux"]["devices"]}
+            assert {f"/dev/{n}" for n in names} <= oci_devices, oci_devices
+        finally:
+            cluster.delete_pod("kae-cdi")
+
+
+@pytest.mark.xfail(strict=True, reason=HOST_PATHS_FIX)
+@pytest.mark.timeout(300)
+def test_cdi_mode_on_a_fixture_tree_with_the_sysfs_view(
+    cluster: Cluster,
+    tree_factory: Callable[[str], FixtureTree],
+    plugin_factory: Callable[..., Plugin],
+) -> None:
+    """CDI mode serving a fixture tree (dev and sysfs roots in a temp dir, the view on): the CDI
+    spec's device nodes and PCI-function mounts name paths under the plugin's roots, so the pod
+    runs and reads its own devices through /sys/class/uacce."""
+    tree = tree_factory(TREE)
+    cdi_dir = cluster.kubelet_root.parent / "cdi"
+    plugin_factory(tree, "kubelet-socket", ["--cdi", "on", "--cdi-dir", str(cdi_dir)])
+    cluster.wait_resources(capacity=tree.counts(), allocatable=tree.counts())
+    try:
+        cluster.apply(manifest(cluster, "kae-cdi-view", {"hpre": 1, "sec": 1}))
+        wait_running(cluster, "kae-cdi-view")
+        report = read_report(cluster, "kae-cdi-view")
+        names = allocated_names(report)
+        assert report.dev == names and len(names) == 2, report
+        assert set(report.readable) == names, report
+    finally:
+        cluster.delete_pod("kae-cdi-view")
