@@ -41,3 +41,19 @@ class LatestValue(Generic[T]):
                 yield seen, self._value
                 continue
             await self._changed.wait()
+
+
+async def wait_until_set(event: asyncio.Event, timeout: float) -> bool:
+    """Wait for ``event`` at most ``timeout`` seconds; whether it was set.
+
+    Not ``asyncio.wait_for``: on Python 3.11 it can swallow a cancellation that arrives just as
+    the awaited event is set (CPython issue 86296), and a loop written around it then runs on
+    after its task was cancelled, so the daemon never stops. ``asyncio.timeout`` tells its own
+    timeout apart from a cancellation from outside.
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True

@@ -9,12 +9,12 @@ mid-restart, the kubelet's new socket is what we act on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
 from kae_deviceplugin.api import KUBELET_SOCKET
+from kae_deviceplugin.core.broadcast import wait_until_set
 from kae_deviceplugin.daemon.dirwatch import DirWatch
 from kae_deviceplugin.daemon.servers import ServerSet
 from kae_deviceplugin.kubelet.sockets import file_identity, is_live
@@ -59,8 +59,7 @@ class KubeletWatch:
         try:
             while True:
                 self.tick()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.event.wait(), interval)
+                if await wait_until_set(self.event, interval):
                     # A restarting kubelet sweeps the directory, then creates kubelet.sock: let
                     # the burst settle instead of acting on the directory half-swept.
                     await asyncio.sleep(SETTLE_DELAY)
@@ -82,8 +81,14 @@ class KubeletWatch:
                 self.servers.registered.clear()
                 return
             self.servers.counters.kubelet_restarts.inc()
-            await self.servers.restart_all("kubelet (re)started")
-            return
+            if self.servers.registrar.kubelet_finds_sockets_at_start:
+                # Its plugin watcher registers the sockets it finds; new ones would make it
+                # deregister those first (seen on the real kubelet). Lost sockets are still
+                # re-created below, and a stream that stays away by the stream-loss recovery.
+                log.info("kubelet (re)started: its plugin watcher registers our sockets again")
+            else:
+                await self.servers.restart_all("kubelet (re)started")
+                return
         lost = [r for r, server in self.servers.servers.items() if not server.socket_intact()]
         if lost and not is_live(self.kubelet_socket):
             # Our sockets were swept but no kubelet answers yet: it is restarting. Registering

@@ -9,7 +9,6 @@ kubelet's restarts are seen by a KubeletWatch; this class wires them and keeps t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import time
@@ -19,7 +18,7 @@ from typing import Any
 
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.core.broadcast import LatestValue
+from kae_deviceplugin.core.broadcast import LatestValue, wait_until_set
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView, build_views
 from kae_deviceplugin.counters import Counters
@@ -167,8 +166,7 @@ class Daemon:
     async def scan_loop(self) -> None:
         while True:
             self.loop_ticks["scan"] = time.monotonic()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.rescan_now.wait(), self.settings.scan_interval)
+            if await wait_until_set(self.rescan_now, self.settings.scan_interval):
                 # Woken by an event (udev, SIGHUP): static attributes may have changed too.
                 self.scanner.invalidate()
             self.rescan_now.clear()

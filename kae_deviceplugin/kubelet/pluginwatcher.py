@@ -87,6 +87,7 @@ class PluginWatcherRegistrar:
     needs_kubelet_socket = False
     recovery: Literal["register", "restart"] = "restart"
     socket_dir_role = "plugins_registry"
+    kubelet_finds_sockets_at_start = True
 
     def __init__(self, kubelet_root: Path) -> None:
         self.socket_dir = kubelet_root / "plugins_registry"

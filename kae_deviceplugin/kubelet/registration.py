@@ -86,6 +86,10 @@ class Registrar(Protocol):
     # What brings back a resource whose stream the kubelet ended: a new Register ("register"),
     # or, where the kubelet acts only on socket creation, a new socket ("restart").
     recovery: Literal["register", "restart"]
+    # Whether a starting kubelet registers our existing sockets by itself (the plugin watcher
+    # walks plugins_registry at start), so that re-creating them would only make it deregister
+    # what it has just registered.
+    kubelet_finds_sockets_at_start: bool
 
     def add_servicers(self, server: grpc.aio.Server, resource: str, on_registered: Done) -> None:
         """Add what the kubelet needs on our socket besides the DevicePlugin service."""
@@ -109,6 +113,7 @@ class KubeletSocketRegistrar:
     needs_kubelet_socket = True
     recovery: Literal["register", "restart"] = "register"
     socket_dir_role = "device-plugins"
+    kubelet_finds_sockets_at_start = False  # a restarting kubelet deletes them
 
     def __init__(self, device_plugin_dir: Path) -> None:
         self.socket_dir = device_plugin_dir

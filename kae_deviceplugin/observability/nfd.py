@@ -35,7 +35,6 @@ and only when the labels change or the expiry needs renewing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -46,7 +45,7 @@ from typing import Protocol
 
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container import safe_fs
-from kae_deviceplugin.core.broadcast import LatestValue
+from kae_deviceplugin.core.broadcast import LatestValue, wait_until_set
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.model import Function, Inventory
 
@@ -216,11 +215,9 @@ async def nfd_task(daemon: Observed) -> None:
             await changed.wait()
             changed.clear()
             while not await writer.write(latest[0]):
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), max(daemon.settings.scan_interval, 0.1))
+                await wait_until_set(changed, max(daemon.settings.scan_interval, 0.1))
                 changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), writer.renewal_due())
+            await wait_until_set(changed, writer.renewal_due())
             changed.set()  # a new inventory, or the expiry to renew: write (update() decides)
     finally:
         follower.cancel()
