@@ -46,3 +46,16 @@ def test_built_wheel_carries_the_licence_expression_text_and_urls(
     labels = {url.split(",")[0] for url in metadata.get_all("Project-URL") or []}
     assert {"Homepage", "Source", "Issues"} <= labels
     assert wheel.read(f"{dist_info}/licenses/LICENSE") == (ROOT / "LICENSE").read_bytes()
+
+
+def test_one_version_for_the_package_the_chart_and_the_image() -> None:
+    """kae_deviceplugin.__version__ is the one source: the chart's appVersion states it, and the
+    image build reads it (scripts/build-image.sh) rather than a second copy."""
+    import yaml
+
+    from kae_deviceplugin import __version__
+
+    chart = yaml.safe_load((ROOT / "deploy/helm/kae-device-plugin/Chart.yaml").read_text())
+    assert chart["appVersion"] == __version__
+    build = (ROOT / "scripts/build-image.sh").read_text()
+    assert "kae_deviceplugin/__init__.py" in build and "__version__" in build

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.engines import ENGINES
+from kae_deviceplugin.daemon.run import build_daemon
 from kae_deviceplugin.daemon.supervisor import Daemon
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.sysfs_trees import TREES
@@ -69,7 +70,14 @@ def describe(kubelet: KubeletEmulator, say: Callable[[str], None], workdir: Path
     return ok
 
 
-def run_demo(tree: str, say: Callable[[str], None]) -> int:
+def endpoint(address: str) -> str:
+    """host:port to reach ``address`` from this host."""
+    host, _, port = address.rpartition(":")
+    return f"{host or '127.0.0.1'}:{port}"
+
+
+def run_demo(tree: str, say: Callable[[str], None], serve_on: str | None = None) -> int:
+    """The demo; with ``serve_on`` (an address for /metrics) it keeps serving until SIGINT."""
     if tree not in TREES:
         sys.stderr.write(
             f"error: unknown tree {tree!r}; choose one of: {', '.join(sorted(TREES))}\n"
@@ -79,8 +87,10 @@ def run_demo(tree: str, say: Callable[[str], None]) -> int:
     try:
         TREES[tree].build(workdir / "node")
         settings = demo_settings(workdir)
+        if serve_on is not None:
+            settings = dataclasses.replace(settings, metrics_address=serve_on)
         with KubeletEmulator(settings.effective_device_plugin_dir) as kubelet:
-            daemon = Daemon(settings)
+            daemon = build_daemon(settings)
             outcome: list[bool] = []
 
             async def drive(daemon: Daemon) -> None:
@@ -93,7 +103,14 @@ def run_demo(tree: str, say: Callable[[str], None]) -> int:
                 say(f"Node {tree!r}: {len(daemon.inventory)} KAE devices discovered.")
                 described = await asyncio.to_thread(describe, kubelet, say, workdir)
                 outcome.append(registered and described)
-                daemon.request_stop()
+                if serve_on is None:
+                    daemon.request_stop()
+                    return
+                say(
+                    f"Serving on until Ctrl-C: http://{endpoint(serve_on)}/metrics, /readyz, "
+                    f"/allocations; the kubelet emulator's sockets are in {workdir}/kubelet."
+                )
+                await asyncio.Future()  # a root task that returns would stop the daemon
 
             daemon.extra_tasks.append(drive)
             code = asyncio.run(daemon.run())

@@ -195,12 +195,20 @@ def doctor_command(*, output: str, nfd_features_file: str, **paths: Any) -> None
 
 @main.command("demo")
 @option("--tree", default="kunpeng920-2p", show_default=True, help="Bundled node layout to serve.")
-def demo_command(tree: str) -> None:
+@option(
+    "--serve",
+    "serve_on",
+    metavar="HOST:PORT",
+    default=None,
+    help="Keep serving after the tour, with /metrics, /readyz and /allocations on HOST:PORT, "
+    "until Ctrl-C: `serve` run locally against the bundled kubelet emulator.",
+)
+def demo_command(tree: str, serve_on: str | None) -> None:
     """Run the real daemon on a bundled node against a kubelet emulator, and show what it sees."""
     from kae_deviceplugin.cli.demo import run_demo  # noqa: PLC0415 -- keeps the emulator out of serve's start-up
 
     logs.configure("warning", "text")
-    raise SystemExit(run_demo(tree, echo_until_closed))
+    raise SystemExit(run_demo(tree, echo_until_closed, serve_on))
 
 
 def echo_until_closed(line: str) -> None:
