@@ -53,6 +53,14 @@ def _root_option(field: str) -> Callable[[F], F]:
 
 sysfs_root_option = _root_option("sysfs_root")
 dev_root_option = _root_option("dev_root")
+output_option = option(
+    "--output",
+    "-o",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people; json is a stable interface for scripts.",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -64,14 +72,7 @@ def main() -> None:
 @main.command("list")
 @sysfs_root_option
 @dev_root_option
-@option(
-    "--output",
-    "-o",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table for people; json is a stable interface for scripts.",
-)
+@output_option
 @option(
     "--allocations",
     is_flag=True,
@@ -156,30 +157,23 @@ def check_config_command(path: Path) -> None:
 @option(
     "--kubelet-root",
     type=click.Path(path_type=Path),
-    default=Path("/var/lib/kubelet"),
+    default=default_of("kubelet_root"),
     show_default=True,
     help="The kubelet's root directory (device-plugins/ and sockets).",
 )
 @option(
     "--metrics-address",
-    default=":9410",
+    default=default_of("metrics_address"),
     show_default=True,
     help="Where a running daemon serves /readyz; empty skips the daemon check.",
 )
 @option(
     "--nfd-features-file",
-    default="/etc/kubernetes/node-feature-discovery/features.d/kae",
+    default=str(default_of("nfd_features_file")),
     show_default=True,
     help="The NFD feature file the daemon writes; empty skips the check.",
 )
-@option(
-    "--output",
-    "-o",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table for people; json for scripts.",
-)
+@output_option
 def doctor_command(*, output: str, nfd_features_file: str, **paths: Any) -> None:
     """Explain why this node shows fewer KAE devices than expected; exit 1 if something blocks."""
     from kae_deviceplugin.cli import doctor  # noqa: PLC0415 -- only this command needs it
