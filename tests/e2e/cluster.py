@@ -308,7 +308,6 @@ def make_plugin(
     registration: str,
     *,
     extra: list[str] | None = None,
-    dev_root: Path | None = None,
 ) -> Plugin:
     """A daemon serving `tree` to the cluster's kubelet (not started)."""
     exe = shutil.which("kae-deviceplugin") or str(REPO / ".venv" / "bin" / "kae-deviceplugin")
@@ -321,7 +320,7 @@ def make_plugin(
         "--sysfs-root",
         str(tree.sys),
         "--dev-root",
-        str(dev_root or tree.dev),
+        str(tree.dev),
         "--kubelet-root",
         str(cluster.kubelet_root),
         "--registration",

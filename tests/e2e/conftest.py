@@ -99,11 +99,10 @@ def plugin_factory(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[..., P
         tree: FixtureTree,
         registration: str,
         extra: list[str] | None = None,
-        dev_root: Path | None = None,
     ) -> Plugin:
         workdir = tmp_path / f"plugin-{len(started)}"
         workdir.mkdir()
-        plugin = make_plugin(cluster, tree, workdir, registration, extra=extra, dev_root=dev_root)
+        plugin = make_plugin(cluster, tree, workdir, registration, extra=extra)
         started.append(plugin)
         plugin.start()
         plugin.wait_ready()

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from tests.e2e.cluster import PREFIX, Cluster, FixtureTree, Timeout, wait_until
+from tests.e2e.cluster import PREFIX, Cluster, Timeout, wait_until
 
 # What the container reports, then it sleeps until deleted. Every /sys/class/uacce entry is read
 # as UADK reads it: `algorithms`, then `device/numa_node`.
@@ -28,12 +25,6 @@ done
 echo END
 exec sleep 3600
 """
-
-HOST_PATHS_FIX = (
-    "product change needed: Allocate answers /dev/<name> and /sys/devices/... whatever "
-    "--dev-root/--sysfs-root say, so containerd cannot find a fixture tree's device nodes and "
-    "PCI-function mounts (issue 12, 'Answers must name paths the runtime can find')"
-)
 
 FAILED_WAITING = {
     "CreateContainerError",
@@ -153,25 +144,6 @@ def allocated_names(report: Report) -> set[str]:
         if key.endswith("_DEVICES"):
             names.update(v for v in value.replace(";", ",").split(",") if v)
     return names
-
-
-@contextmanager
-def host_dev_nodes(tree: FixtureTree) -> Iterator[Path]:
-    """Character devices for the tree's class devices at /dev/<name> on the host (test-only: what
-    a real node has), removed again afterwards. Yields /dev."""
-    made: list[Path] = []
-    try:
-        for name in tree.names():
-            node = Path("/dev") / name
-            if node.exists():
-                raise FileExistsError(f"{node} exists already: not touching a real device")
-            major, minor = tree.major_minor(name)
-            os.mknod(node, 0o666 | 0o020000, os.makedev(major, minor))
-            made.append(node)
-        yield Path("/dev")
-    finally:
-        for node in made:
-            node.unlink(missing_ok=True)
 
 
 def pod_resources(cluster: Cluster, plugin_exe: str) -> list[dict[str, Any]]:

@@ -12,9 +12,7 @@ import pytest
 
 from tests.e2e.cluster import Cluster, FixtureTree, Plugin, wait_until
 from tests.e2e.pods import (
-    HOST_PATHS_FIX,
     allocated_names,
-    host_dev_nodes,
     manifest,
     read_report,
     wait_running,
@@ -50,40 +48,31 @@ def test_cdi_mode_gives_the_pod_its_devices_through_cdi_devices(
     """With --cdi on and its spec in the directory containerd reads, a pod with
     {kae.hpre: 1, kae.sec: 1} runs; the CRI container config carries the
     openfuyao.com/kae=<pci address> CDI names and no raw device specs, and the runtime's OCI
-    spec has the two device nodes the CDI spec names (the dev root is the host's /dev: see
-    test_pods for why)."""
+    spec has the two device nodes the CDI spec names (served from a fixture tree whose device
+    nodes are mknod'ed under its dev root)."""
     tree = tree_factory(TREE)
     cdi_dir = cluster.kubelet_root.parent / "cdi"
-    with host_dev_nodes(tree) as dev_root:
-        plugin_factory(
-            tree,
-            "kubelet-socket",
-            ["--container-sysfs-view", "off", "--cdi", "on", "--cdi-dir", str(cdi_dir)],
-            dev_root=dev_root,
-        )
-        cluster.wait_resources(capacity=tree.counts(), allocatable=tree.counts())
-        spec_file = cdi_dir / "openfuyao.com-kae.json"
-        wait_until("CDI spec written", spec_file.exists)
-        try:
-            cluster.apply(manifest(cluster, "kae-cdi", {"hpre": 1, "sec": 1}))
-            wait_running(cluster, "kae-cdi")
-            report = read_report(cluster, "kae-cdi")
-            names = allocated_names(report)
-            assert report.dev == names and len(names) == 2, report
-            info = _container_info(cluster, "kae-cdi")
-            config = info["info"]["config"]
-            cdi = sorted(
-                d["name"] for d in config.get("CDI_devices", config.get("cdi_devices", []))
-            )
-            assert cdi == sorted(f"openfuyao.com/kae={tree.pci_address(n)}" for n in names), config
-            assert not config.get("devices"), config
-            oci_devices = {d["path"] for d in info["info"]["runtimeSpec"]["linux"]["devices"]}
-            assert {f"/dev/{n}" for n in names} <= oci_devices, oci_devices
-        finally:
-            cluster.delete_pod("kae-cdi")
+    plugin_factory(tree, "kubelet-socket", ["--cdi", "on", "--cdi-dir", str(cdi_dir)])
+    cluster.wait_resources(capacity=tree.counts(), allocatable=tree.counts())
+    spec_file = cdi_dir / "openfuyao.com-kae.json"
+    wait_until("CDI spec written", spec_file.exists)
+    try:
+        cluster.apply(manifest(cluster, "kae-cdi", {"hpre": 1, "sec": 1}))
+        wait_running(cluster, "kae-cdi")
+        report = read_report(cluster, "kae-cdi")
+        names = allocated_names(report)
+        assert report.dev == names and len(names) == 2, report
+        info = _container_info(cluster, "kae-cdi")
+        config = info["info"]["config"]
+        cdi = sorted(d["name"] for d in config.get("CDI_devices", config.get("cdi_devices", [])))
+        assert cdi == sorted(f"openfuyao.com/kae={tree.pci_address(n)}" for n in names), config
+        assert not config.get("devices"), config
+        oci_devices = {d["path"] for d in info["info"]["runtimeSpec"]["linux"]["devices"]}
+        assert {f"/dev/{n}" for n in names} <= oci_devices, oci_devices
+    finally:
+        cluster.delete_pod("kae-cdi")
 
 
-@pytest.mark.xfail(strict=True, reason=HOST_PATHS_FIX)
 @pytest.mark.timeout(300)
 def test_cdi_mode_on_a_fixture_tree_with_the_sysfs_view(
     cluster: Cluster,
@@ -92,7 +81,8 @@ def test_cdi_mode_on_a_fixture_tree_with_the_sysfs_view(
 ) -> None:
     """CDI mode serving a fixture tree (dev and sysfs roots in a temp dir, the view on): the CDI
     spec's device nodes and PCI-function mounts name paths under the plugin's roots, so the pod
-    runs and reads its own devices through /sys/class/uacce."""
+    runs and reads only its own devices' attributes (device/numa_node included) through
+    /sys/class/uacce; every other entry dangles."""
     tree = tree_factory(TREE)
     cdi_dir = cluster.kubelet_root.parent / "cdi"
     plugin_factory(tree, "kubelet-socket", ["--cdi", "on", "--cdi-dir", str(cdi_dir)])
@@ -104,5 +94,9 @@ def test_cdi_mode_on_a_fixture_tree_with_the_sysfs_view(
         names = allocated_names(report)
         assert report.dev == names and len(names) == 2, report
         assert set(report.readable) == names, report
+        assert report.dangling == set(tree.names()) - names, report
+        for name in names:
+            numa = (tree.sys / "class" / "uacce" / name / "device" / "numa_node").read_text()
+            assert report.readable[name] == numa.strip(), report
     finally:
         cluster.delete_pod("kae-cdi-view")

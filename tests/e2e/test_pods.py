@@ -11,9 +11,7 @@ import pytest
 
 from tests.e2e.cluster import PREFIX, Cluster, FixtureTree, Plugin, wait_until
 from tests.e2e.pods import (
-    HOST_PATHS_FIX,
     allocated_names,
-    host_dev_nodes,
     manifest,
     pod_resources,
     read_report,
@@ -62,81 +60,76 @@ def test_pod_gets_its_devices_and_env_and_frees_them(
     `list --allocations`), the daemon's /allocations and the API agree; once it is deleted the
     pending pod gets both hpre devices, and after that one is deleted nothing is held.
 
-    The device nodes are real character devices at the host's /dev (dev root /dev) and the
-    sysfs view is off: with today's answers only the host's /dev and /sys paths reach the
-    runtime (see the xfail test below)."""
+    The plugin serves a fixture tree (sysfs and dev roots in a temp dir, device nodes mknod'ed
+    there) with its defaults, the sysfs view on."""
     tree = tree_factory(TREE)
-    with host_dev_nodes(tree) as dev_root:
-        plugin = plugin_factory(tree, mode, ["--container-sysfs-view", "off"], dev_root=dev_root)
-        cluster.wait_resources(capacity=tree.counts(), allocatable=tree.counts())
-        try:
-            cluster.apply(manifest(cluster, "kae-a", {"hpre": 1, "sec": 1}))
-            wait_running(cluster, "kae-a")
-            report = read_report(cluster, "kae-a")
-            names = allocated_names(report)
-            assert len([n for n in names if n.startswith("hisi_hpre")]) == 1, report
-            assert len([n for n in names if n.startswith("hisi_sec2")]) == 1, report
-            assert report.dev == names, report
-            assert {"KAE_HPRE_PCI_ADDRESSES", "KAE_SEC_PCI_ADDRESSES"} <= set(report.env), report
-            addresses = {tree.pci_address(n) for n in names}
-            got = set(report.env["KAE_HPRE_PCI_ADDRESSES"].split(",")) | set(
-                report.env["KAE_SEC_PCI_ADDRESSES"].split(",")
-            )
-            assert got == addresses, report
+    plugin = plugin_factory(tree, mode)
+    cluster.wait_resources(capacity=tree.counts(), allocatable=tree.counts())
+    try:
+        cluster.apply(manifest(cluster, "kae-a", {"hpre": 1, "sec": 1}))
+        wait_running(cluster, "kae-a")
+        report = read_report(cluster, "kae-a")
+        names = allocated_names(report)
+        assert len([n for n in names if n.startswith("hisi_hpre")]) == 1, report
+        assert len([n for n in names if n.startswith("hisi_sec2")]) == 1, report
+        assert report.dev == names, report
+        assert {"KAE_HPRE_PCI_ADDRESSES", "KAE_SEC_PCI_ADDRESSES"} <= set(report.env), report
+        addresses = {tree.pci_address(n) for n in names}
+        got = set(report.env["KAE_HPRE_PCI_ADDRESSES"].split(",")) | set(
+            report.env["KAE_SEC_PCI_ADDRESSES"].split(",")
+        )
+        assert got == addresses, report
 
-            # pod-resources, /allocations and the API agree.
-            from_kubelet = _kae_rows(pod_resources(cluster, _plugin_exe(plugin)))
-            assert {r[1] for r in from_kubelet} == addresses, from_kubelet
-            assert all(r[2] == "kae-a" for r in from_kubelet), from_kubelet
-            wait_until(
-                "/allocations agrees with pod-resources",
-                lambda: _kae_rows(_allocations(plugin)) == from_kubelet,
-                timeout=30,
-            )
-            limits = cluster.get("pod", "kae-a")["spec"]["containers"][0]["resources"]["limits"]
-            assert limits == {PREFIX + "hpre": "1", PREFIX + "sec": "1"}
+        # pod-resources, /allocations and the API agree.
+        from_kubelet = _kae_rows(pod_resources(cluster, _plugin_exe(plugin)))
+        assert {r[1] for r in from_kubelet} == addresses, from_kubelet
+        assert all(r[2] == "kae-a" for r in from_kubelet), from_kubelet
+        wait_until(
+            "/allocations agrees with pod-resources",
+            lambda: _kae_rows(_allocations(plugin)) == from_kubelet,
+            timeout=30,
+        )
+        limits = cluster.get("pod", "kae-a")["spec"]["containers"][0]["resources"]["limits"]
+        assert limits == {PREFIX + "hpre": "1", PREFIX + "sec": "1"}
 
-            # One hpre is held: a pod asking for two stays Pending with the scheduler's reason.
-            cluster.apply(manifest(cluster, "kae-b", {"hpre": 2}))
-            reason = wait_until(
-                "kae-b unschedulable", lambda: _scheduled_reason(cluster, "kae-b"), timeout=60
-            )
-            assert f"Insufficient {PREFIX}hpre" in reason, reason
-            assert cluster.get("pod", "kae-b")["status"]["phase"] == "Pending"
+        # One hpre is held: a pod asking for two stays Pending with the scheduler's reason.
+        cluster.apply(manifest(cluster, "kae-b", {"hpre": 2}))
+        reason = wait_until(
+            "kae-b unschedulable", lambda: _scheduled_reason(cluster, "kae-b"), timeout=60
+        )
+        assert f"Insufficient {PREFIX}hpre" in reason, reason
+        assert cluster.get("pod", "kae-b")["status"]["phase"] == "Pending"
 
-            # Deleting kae-a frees its hpre: the pending pod then gets both hpre devices, and
-            # pod-resources and /allocations name only kae-b.
-            cluster.delete_pod("kae-a")
-            wait_running(cluster, "kae-b", timeout=120)
-            report_b = read_report(cluster, "kae-b")
-            assert report_b.dev == {"hisi_hpre-2", "hisi_hpre-3"}, report_b
-            hpre_all = {tree.pci_address("hisi_hpre-2"), tree.pci_address("hisi_hpre-3")}
-            want_b = {(PREFIX + "hpre", a, "kae-b") for a in hpre_all}
-            wait_until(
-                "pod-resources names only kae-b",
-                lambda: _kae_rows(pod_resources(cluster, _plugin_exe(plugin))) == want_b,
-                timeout=60,
-            )
-            wait_until(
-                "/allocations names only kae-b",
-                lambda: _kae_rows(_allocations(plugin)) == want_b,
-                timeout=30,
-            )
-            cluster.delete_pod("kae-b")
-            wait_until(
-                "pod-resources empty",
-                lambda: not _kae_rows(pod_resources(cluster, _plugin_exe(plugin))),
-                timeout=60,
-            )
-            wait_until(
-                "/allocations empty", lambda: not _kae_rows(_allocations(plugin)), timeout=30
-            )
-        finally:
-            cluster.delete_pod("kae-a")
-            cluster.delete_pod("kae-b")
+        # Deleting kae-a frees its hpre: the pending pod then gets both hpre devices, and
+        # pod-resources and /allocations name only kae-b.
+        cluster.delete_pod("kae-a")
+        wait_running(cluster, "kae-b", timeout=120)
+        report_b = read_report(cluster, "kae-b")
+        assert report_b.dev == {"hisi_hpre-2", "hisi_hpre-3"}, report_b
+        hpre_all = {tree.pci_address("hisi_hpre-2"), tree.pci_address("hisi_hpre-3")}
+        want_b = {(PREFIX + "hpre", a, "kae-b") for a in hpre_all}
+        wait_until(
+            "pod-resources names only kae-b",
+            lambda: _kae_rows(pod_resources(cluster, _plugin_exe(plugin))) == want_b,
+            timeout=60,
+        )
+        wait_until(
+            "/allocations names only kae-b",
+            lambda: _kae_rows(_allocations(plugin)) == want_b,
+            timeout=30,
+        )
+        cluster.delete_pod("kae-b")
+        wait_until(
+            "pod-resources empty",
+            lambda: not _kae_rows(pod_resources(cluster, _plugin_exe(plugin))),
+            timeout=60,
+        )
+        wait_until("/allocations empty", lambda: not _kae_rows(_allocations(plugin)), timeout=30)
+    finally:
+        cluster.delete_pod("kae-a")
+        cluster.delete_pod("kae-b")
 
 
-@pytest.mark.xfail(strict=True, reason=HOST_PATHS_FIX)
 @pytest.mark.timeout(300)
 def test_pod_on_a_fixture_tree_sees_only_its_devices_through_the_sysfs_view(
     cluster: Cluster,
