@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tests.e2e.cluster import PREFIX, Cluster, Timeout, wait_until
+from tests.e2e.cluster import PREFIX, Cluster, FixtureTree, Timeout, wait_until
 
 # What the container reports, then it sleeps until deleted. Every /sys/class/uacce entry is read
 # as UADK reads it: `algorithms`, then `device/numa_node`.
@@ -143,6 +143,19 @@ def allocated_names(report: Report) -> set[str]:
     for key, value in report.env.items():
         if key.endswith("_DEVICES"):
             names.update(v for v in value.replace(";", ",").split(",") if v)
+    return names
+
+
+def assert_sees_only_its_devices(report: Report, tree: FixtureTree) -> set[str]:
+    """Two devices given (one /dev node each), and through /sys/class/uacce exactly those
+    readable, each with the tree's device/numa_node; every other entry dangles. Their names."""
+    names = allocated_names(report)
+    assert report.dev == names and len(names) == 2, report
+    assert set(report.readable) == names, report
+    assert report.dangling == set(tree.names()) - names, report
+    for name in names:
+        numa = (tree.sys / "class" / "uacce" / name / "device" / "numa_node").read_text()
+        assert report.readable[name] == numa.strip(), report
     return names
 
 

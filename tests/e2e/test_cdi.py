@@ -13,6 +13,7 @@ import pytest
 from tests.e2e.cluster import Cluster, FixtureTree, Plugin, wait_until
 from tests.e2e.pods import (
     allocated_names,
+    assert_sees_only_its_devices,
     manifest,
     read_report,
     wait_running,
@@ -91,12 +92,6 @@ def test_cdi_mode_on_a_fixture_tree_with_the_sysfs_view(
         cluster.apply(manifest(cluster, "kae-cdi-view", {"hpre": 1, "sec": 1}))
         wait_running(cluster, "kae-cdi-view")
         report = read_report(cluster, "kae-cdi-view")
-        names = allocated_names(report)
-        assert report.dev == names and len(names) == 2, report
-        assert set(report.readable) == names, report
-        assert report.dangling == set(tree.names()) - names, report
-        for name in names:
-            numa = (tree.sys / "class" / "uacce" / name / "device" / "numa_node").read_text()
-            assert report.readable[name] == numa.strip(), report
+        assert_sees_only_its_devices(report, tree)
     finally:
         cluster.delete_pod("kae-cdi-view")

@@ -12,6 +12,7 @@ import pytest
 from tests.e2e.cluster import PREFIX, Cluster, FixtureTree, Plugin, wait_until
 from tests.e2e.pods import (
     allocated_names,
+    assert_sees_only_its_devices,
     manifest,
     pod_resources,
     read_report,
@@ -147,12 +148,6 @@ def test_pod_on_a_fixture_tree_sees_only_its_devices_through_the_sysfs_view(
         cluster.apply(manifest(cluster, "kae-view", {"hpre": 1, "sec": 1}))
         wait_running(cluster, "kae-view")
         report = read_report(cluster, "kae-view")
-        names = allocated_names(report)
-        assert report.dev == names and len(names) == 2, report
-        assert set(report.readable) == names, report
-        assert report.dangling == set(tree.names()) - names, report
-        for name in names:
-            numa = (tree.sys / "class" / "uacce" / name / "device" / "numa_node").read_text()
-            assert report.readable[name] == numa.strip(), report
+        assert_sees_only_its_devices(report, tree)
     finally:
         cluster.delete_pod("kae-view")
