@@ -1,0 +1,164 @@
+"""The real-cluster figures of issue 12 in one table: ``sudo python benchmarks/cluster.py``.
+
+Pod start with and without a KAE device, the real kubelet's restart to allocatable restored in
+both registration modes, and (with Helm) ``helm install`` to capacity and the ``helm upgrade``
+window. It uses the cluster named by ``scripts/cluster/up``'s exports when they are set, else it
+starts one and stops it at the end. Needs root (device nodes, the kubelet's directories).
+See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+# The cluster helpers are shared with the e2e tests; this script runs from benchmarks/.
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench_cluster import kubelet_restart, pod_start, served_plugin  # noqa: E402
+from bench_core import Figure, as_json, machine, render  # noqa: E402
+from kube_watch import KubeApi  # noqa: E402
+
+from tests.e2e.cluster import CLUSTER_SCRIPTS, EXPORTS, Cluster, parse_exports  # noqa: E402
+
+SECTIONS = ("pods", "restart", "helm")
+
+
+@contextmanager
+def running_cluster() -> Iterator[Cluster]:
+    """The cluster of the environment's exports, else one started (and stopped) here."""
+    if all(name in os.environ for name in EXPORTS):
+        yield Cluster.from_env(dict(os.environ))
+        return
+    progress("starting the cluster (scripts/cluster/up) ...")
+    proc = subprocess.run(
+        [str(CLUSTER_SCRIPTS / "up")], stdout=subprocess.PIPE, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise SystemExit("cluster.py: the cluster could not start (see up's last line above)")
+    try:
+        yield Cluster.from_env(parse_exports(proc.stdout))
+    finally:
+        subprocess.run([str(CLUSTER_SCRIPTS / "down")], check=False)
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def section(name: str, measure: Callable[[], list[Figure]], figures: list[Figure]) -> bool:
+    """Run one section; a failure becomes a row, not a crash. True when it worked."""
+    progress(f"measuring {name} ...")
+    started = time.monotonic()
+    try:
+        figures += measure()
+        return True
+    except Exception as err:
+        traceback.print_exc(file=sys.stderr)
+        figures.append(
+            Figure(
+                key=f"{name}_error",
+                label=f"{name}: FAILED",
+                unit="",
+                median=None,
+                note=f"error: {err}",
+            )
+        )
+        return False
+    finally:
+        progress(f"  {name} took {time.monotonic() - started:.1f} s")
+
+
+def helm_figures(cluster: Cluster, repeats: int) -> list[Figure]:
+    from bench_helm import helm_figures as measure
+
+    return measure(cluster, repeats)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="kae-deviceplugin real-cluster benchmarks")
+    parser.add_argument("--pods", type=int, default=10, metavar="N", help="pods of each kind [10]")
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=5,
+        metavar="N",
+        help="kubelet restarts per registration mode [5]",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds allocatable must stay whole to end a restart's window [10]",
+    )
+    parser.add_argument(
+        "--helm-repeats", type=int, default=3, metavar="N", help="helm installs and upgrades [3]"
+    )
+    parser.add_argument("--smoke", action="store_true", help="one sample of everything: runs only")
+    parser.add_argument("--only", metavar="S,S", help=f"sections of {', '.join(SECTIONS)}")
+    parser.add_argument("--format", choices=["text", "markdown"], default="text")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write results as JSON")
+    args = parser.parse_args(argv)
+    for name in ("pods", "restarts", "helm_repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.only and set(args.only.split(",")) - set(SECTIONS):
+        parser.error(f"unknown sections: {args.only} (of {', '.join(SECTIONS)})")
+    if args.smoke:
+        args.pods, args.restarts, args.helm_repeats, args.settle = 1, 1, 1, 3.0
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        print("cluster.py: needs root (device nodes, the kubelet's directories)", file=sys.stderr)
+        return 2
+    wanted = set(args.only.split(",")) if args.only else set(SECTIONS)
+    info = machine()
+    figures: list[Figure] = []
+    ok = True
+    with running_cluster() as cluster, tempfile.TemporaryDirectory(prefix="kae-bench-") as tmp:
+        api = KubeApi.from_kubeconfig(cluster.kubeconfig)
+        work = Path(tmp)
+        if "pods" in wanted:
+
+            def pods() -> list[Figure]:
+                with served_plugin(cluster, work / "pods", "plugin-watcher"):
+                    return [pod_start(cluster, api, args.pods)]
+
+            ok &= section("pods", pods, figures)
+        if "restart" in wanted:
+            for mode in ("plugin-watcher", "kubelet-socket"):
+                restart = functools.partial(
+                    kubelet_restart,
+                    cluster,
+                    api,
+                    work,
+                    mode,
+                    restarts=args.restarts,
+                    settle=args.settle,
+                )
+                ok &= section(f"restart ({mode})", lambda r=restart: [r()], figures)
+        if "helm" in wanted:
+            ok &= section("helm", lambda: helm_figures(cluster, args.helm_repeats), figures)
+    print(render(figures, info, args.format))
+    if args.json is not None:
+        args.json.write_text(json.dumps(as_json(figures, info), indent=2) + "\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
