@@ -19,6 +19,13 @@ KUBELET_PORT=10350
 KUBELET_HEALTHZ_PORT=10348
 CM_PORT=10357
 SCHED_PORT=10359
+# nfd-master's and nfd-worker's metrics and health servers (they listen on every interface: NFD
+# has a port flag, no address flag).
+NFD_MASTER_PORT=23820
+NFD_WORKER_PORT=23821
+# The directory nfd-worker reads feature files from: fixed in NFD's code, so it is the host's.
+NFD_FEATURES_DIR=/etc/kubernetes/node-feature-discovery/features.d
+NFD_NAMESPACE=node-feature-discovery
 
 # The cgroup v1 parent of every pod cgroup (kubelet cgroupRoot), one per mounted hierarchy.
 CGROUP_PARENT=kae-e2e
