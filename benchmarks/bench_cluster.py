@@ -11,6 +11,7 @@ the kubelet's 1 s relist of containers sees the change.
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -128,6 +129,7 @@ def one_restart(
         deadline = restarted + 120.0
         whole_since: float | None = None
         falls, last_whole = 0, True
+        timeline: list[str] = []
         while whole_since is None or time.monotonic() < whole_since + settle or not last_whole:
             wait = deadline if whole_since is None else min(deadline, whole_since + settle)
             try:
@@ -138,12 +140,17 @@ def one_restart(
                 break
             if at < restarted:
                 continue  # the status the old kubelet left
-            whole = allocatable(node) == healthy
+            seen = allocatable(node)
+            whole = seen == healthy
+            if whole != last_whole or not timeline:
+                timeline.append(f"+{at - restarted:.2f}s {seen}")
             if whole and (whole_since is None or not last_whole):
                 whole_since = at
             elif not whole and last_whole:
                 falls += 1
             last_whole = whole
+        if falls:
+            print(f"  allocatable after the restart: {', '.join(timeline)}", file=sys.stderr)
         return whole_since - restarted, falls
 
 

@@ -110,6 +110,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", metavar="S,S", help=f"sections of {', '.join(SECTIONS)}")
     parser.add_argument("--format", choices=["text", "markdown"], default="text")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write results as JSON")
+    parser.add_argument(
+        "--workdir", type=Path, metavar="DIR", help="keep trees and plugin logs here [a temp dir]"
+    )
     args = parser.parse_args(argv)
     for name in ("pods", "restarts", "helm_repeats"):
         if getattr(args, name) < 1:
@@ -132,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     with running_cluster() as cluster, tempfile.TemporaryDirectory(prefix="kae-bench-") as tmp:
         api = KubeApi.from_kubeconfig(cluster.kubeconfig)
-        work = Path(tmp)
+        work = args.workdir or Path(tmp)
         if "pods" in wanted:
 
             def pods() -> list[Figure]:

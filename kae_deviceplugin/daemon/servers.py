@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import grpc
 
@@ -23,12 +25,17 @@ from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.errors import SocketVanished, StartupError
 from kae_deviceplugin.kubelet.registration import Registrar
 from kae_deviceplugin.kubelet.server import ResourceServer, ServingPolicy
+from kae_deviceplugin.kubelet.sockets import is_live
 
 log = logging.getLogger(__name__)
 
 START_ATTEMPTS = 20  # binds lost to a kubelet's socket sweep before giving up (~4 s)
 STREAM_GRACE = 0.5  # how long a resource may go without a stream before it is brought back
 STOP_GRACE = 0.2  # how long open calls may finish when a server stops
+# After a kubelet (re)start, how long its plugin watcher may take to register the sockets it
+# found and its device manager to open their streams: its first dial of a plugin can fail and
+# wait out gRPC's 1 s backoff (seen on the real kubelet).
+KUBELET_START_GRACE = 5.0
 
 
 class ServerSet:
@@ -41,8 +48,12 @@ class ServerSet:
         policy: Callable[[], ServingPolicy],
         stopping: asyncio.Event,
         counters: Counters,
+        *,
+        kubelet_socket: Path,
     ) -> None:
         self.registrar = registrar
+        self.kubelet_socket = kubelet_socket
+        self._kubelet_socket_seen = False  # once seen, its absence means a kubelet down
         self.counters = counters
         self.latest = latest
         self.policy = policy
@@ -154,6 +165,9 @@ class ServerSet:
             return  # restarted meanwhile, or the kubelet is streaming again
         if self.stopping.is_set():
             return
+        if self.registrar.kubelet_finds_sockets_at_start and self._kubelet_will_register():
+            asyncio.get_running_loop().call_later(STREAM_GRACE, self._recover, resource, server)
+            return
         self.registered.discard(resource)
         # Where the kubelet acts only on a socket being created, make it a new one; and where
         # some older stream is still open, end it first: no Register while a stream is open.
@@ -169,6 +183,26 @@ class ServerSet:
             return  # a Register is still retrying: it will bring the stream
         log.info("%s: no ListAndWatch stream for %.1f s; registering again", resource, STREAM_GRACE)
         self.register(resource)
+
+    def _kubelet_will_register(self) -> bool:
+        """The kubelet is down or has just started, so its plugin watcher will register (or is
+        registering) the sockets it finds: leave them be. A socket re-created now can land just
+        after the watcher's walk, and the kubelet then deregisters and registers it again, a
+        second drop of allocatable (seen on the real kubelet, about one restart in ten).
+
+        Read from kubelet.sock itself, not from the kubelet watch, which acts only after its
+        settle delay: a socket made less than KUBELET_START_GRACE ago is a kubelet starting, one
+        nobody answers on (or gone after being seen) a kubelet down. A kubelet.sock never seen
+        (not mounted) tells nothing: the stream is recovered as before.
+        """
+        try:
+            made = self.kubelet_socket.stat().st_ctime
+        except OSError:
+            return self._kubelet_socket_seen
+        self._kubelet_socket_seen = True
+        if time.time() - made < KUBELET_START_GRACE:
+            return True
+        return not is_live(self.kubelet_socket)
 
     async def _restart_one(self, resource: str, server: ResourceServer) -> None:
         async with self.lock:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from kae_deviceplugin.api import KUBELET_SOCKET
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.broadcast import LatestValue, wait_until_set
@@ -75,6 +76,7 @@ class Daemon:
             self.serving_policy,
             self.stopping,
             self.counters,
+            kubelet_socket=settings.effective_device_plugin_dir / KUBELET_SOCKET,
         )
         self.kubelet_watch = KubeletWatch(
             settings.effective_device_plugin_dir, self.server_set, self._ticked("watch")

@@ -13,6 +13,7 @@ import contextlib
 import os
 import stat
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -29,9 +30,15 @@ CALL_TIMEOUT = 5.0
 class PluginWatcherEmulator:
     """Watches ``registry`` and registers each newly created socket with ``kubelet``."""
 
-    def __init__(self, kubelet: KubeletEmulator, registry: Path) -> None:
+    def __init__(
+        self, kubelet: KubeletEmulator, registry: Path, *, dial_delay: float = 0.0
+    ) -> None:
+        """``dial_delay``: report the registration at once and dial the plugin (Register,
+        then its ListAndWatch stream) only that many seconds later, as the real kubelet does
+        when its first dial of a plugin fails and gRPC retries after its 1 s backoff (seen)."""
         self.kubelet = kubelet
         self.registry = Path(registry)
+        self.dial_delay = dial_delay
         self.registered: list[str] = []  # resource names, one entry per registration
         self._seen: dict[str, tuple[int, int]] = {}  # socket name -> (inode, ctime) registered
         self._stop = threading.Event()
@@ -72,6 +79,12 @@ class PluginWatcherEmulator:
             request = api_pb2.RegisterRequest(
                 version="v1beta1", endpoint=info.endpoint, resource_name=info.name
             )
+            if self.dial_delay:
+                self._notify(stub, None)
+                time.sleep(self.dial_delay)  # the emulated kubelet's retry backoff, not a wait
+                if self.kubelet.register(request, via_watcher=True) is None:
+                    self.registered.append(info.name)
+                return
             problem = self.kubelet.register(request, via_watcher=True)
             if problem is None:
                 self.registered.append(info.name)

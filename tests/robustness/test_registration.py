@@ -172,3 +172,35 @@ def test_a_stream_opened_before_registration_neither_fakes_readiness_nor_blocks_
             for call in rogue_calls:
                 call.cancel()  # type: ignore[no-untyped-call]  # untyped in grpc-stubs
             runner.stop()
+
+
+def test_plugin_watcher_mode_leaves_a_restarted_kubelet_to_register_its_sockets() -> None:
+    """After a kubelet restart the new plugin watcher registers the sockets it finds and the
+    device manager may open their streams only a second later (its first dial failing, as seen
+    on the real kubelet). The daemon must not take the wait for a lost stream and re-create a
+    socket meanwhile: the kubelet would deregister and register it again, and allocatable would
+    drop a second time. One registration per resource after the restart, sockets unchanged."""
+    with running_node(registration="plugin-watcher") as node:
+        registry = node.daemon.settings.kubelet_root / "plugins_registry"
+        first = PluginWatcherEmulator(node.kubelet, registry)
+        first.start()
+        try:
+            assert node.wait_registered()
+            resources = sorted(node.daemon.servers)
+            assert node.kubelet.wait_for(
+                lambda k: all(streaming(k, r) for r in resources), DEADLINE
+            )
+        finally:
+            first.stop()
+        sockets = {p.name: p.stat().st_ino for p in registry.iterdir()}
+        node.kubelet.restart()
+        second = PluginWatcherEmulator(node.kubelet, registry, dial_delay=1.0)
+        second.start()
+        try:
+            assert node.kubelet.wait_for(
+                lambda k: all(streaming(k, r) for r in resources), DEADLINE
+            )
+            assert {r: second.registered.count(r) for r in resources} == dict.fromkeys(resources, 1)
+            assert {p.name: p.stat().st_ino for p in registry.iterdir()} == sockets
+        finally:
+            second.stop()
