@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import http.client
-import io
 import json
 import logging
 import socket
 import threading
 from collections.abc import Callable, Mapping, Set
-from email.message import Message
 from http import HTTPStatus
 from typing import NamedTuple, Protocol, TypeVar
 from urllib.parse import urlsplit
@@ -57,8 +54,11 @@ class Response(NamedTuple):
     body: bytes
 
 
-Route = Callable[[Message], Response]
+Headers = Mapping[str, str]  # request header names in lower case -> the first value given
+Route = Callable[[Headers], Response]
 TEXT = "text/plain; charset=utf-8"
+# As http.client allows: more is an attack or a bug, answered 400.
+MAX_HEADERS = 100
 
 
 def text(status: int, message: str) -> Response:
@@ -88,9 +88,8 @@ def route_answer(routes: Mapping[str, Route]) -> Answer:
         method, target, _ = parts
         if method not in ("GET", "HEAD"):
             return encode(text(405, "only GET and HEAD"), body=True)
-        try:
-            headers = http.client.parse_headers(io.BytesIO(rest))
-        except http.client.HTTPException:
+        headers = parse_headers(rest)
+        if headers is None:
             return encode(text(400, "bad request headers"), body=True)
         reply = _route(routes, urlsplit(target).path, headers)
         log.debug("%s %s -> %d", method, target[:200], reply.status)
@@ -99,7 +98,36 @@ def route_answer(routes: Mapping[str, Route]) -> Answer:
     return answer
 
 
-def _route(routes: Mapping[str, Route], path: str, headers: Message) -> Response:
+def parse_headers(block: bytes) -> dict[str, str] | None:
+    """The header fields of a request head (after its request line); None past MAX_HEADERS.
+
+    Written here rather than taken from ``http.client``: that module (with the ``email``
+    package it parses with) is ~1 MiB resident, loaded for the one header the routes read.
+    Lenient as ``http.client`` is: a line without a colon is skipped, a folded line continues
+    the field before it.
+    """
+    headers: dict[str, str] = {}
+    last = ""
+    for count, line in enumerate(block.decode("latin-1").splitlines()):
+        if not line:
+            break
+        if count >= MAX_HEADERS:
+            return None
+        if line[0] in " \t":
+            if last:
+                headers[last] = f"{headers[last]} {line.strip()}".strip()
+            continue
+        name, colon, value = line.partition(":")
+        if not colon:
+            continue
+        name = name.strip().lower()
+        last = "" if name in headers else name  # a repeated field: the first one counts
+        if last:
+            headers[last] = value.strip()
+    return headers
+
+
+def _route(routes: Mapping[str, Route], path: str, headers: Headers) -> Response:
     route = routes.get(path)
     if route is None:
         return text(404, "not found; try /metrics, /healthz, /readyz or /allocations")
@@ -186,7 +214,7 @@ def daemon_routes(
     """The endpoint's routes over a running daemon whose loop is ``loop``."""
 
     def probe(check: Callable[[], bool], ok: str, failed: str) -> Route:
-        def route(headers: Message) -> Response:
+        def route(headers: Headers) -> Response:
             try:
                 passed = on_loop(loop, check, LOOP_TIMEOUT)
             except (TimeoutError, RuntimeError):
@@ -195,7 +223,7 @@ def daemon_routes(
 
         return route
 
-    def readyz(headers: Message) -> Response:
+    def readyz(headers: Headers) -> Response:
         try:
             passed, problem = on_loop(
                 loop, lambda: (daemon.ready(), daemon.view_problem), LOOP_TIMEOUT
@@ -211,15 +239,15 @@ def daemon_routes(
             daemon.inventory, daemon.views, frozenset(daemon.registered), holder.current
         )
 
-    def metrics(headers: Message) -> Response:
+    def metrics(headers: Headers) -> Response:
         try:
             taken = on_loop(loop, snapshot, LOOP_TIMEOUT)
         except (TimeoutError, RuntimeError):
             return text(503, "event loop not responding")
-        body, content_type = exposition(taken, daemon.counters, headers.get("Accept", ""))
+        body, content_type = exposition(taken, daemon.counters, headers.get("accept", ""))
         return Response(200, content_type, body)
 
-    def allocations(headers: Message) -> Response:
+    def allocations(headers: Headers) -> Response:
         try:
             current, problem = on_loop(loop, lambda: (holder.current, holder.problem), LOOP_TIMEOUT)
         except (TimeoutError, RuntimeError):

@@ -187,3 +187,20 @@ def test_a_busy_port_is_logged_once_and_does_not_stop_the_daemon(
             assert not node.endpoint.bound.is_set()
             assert node.runner.alive
     assert caplog.text.count("cannot listen") == 1
+
+
+def test_request_headers_parse_as_http_client_reads_them() -> None:
+    """Names in lower case, the first of a repeated field, folded lines joined, lines without a
+    colon skipped, parsing stops at the blank line; over 100 fields is refused (None)."""
+    block = (
+        b"Host: x\r\nAccept: application/openmetrics-text;\r\n version=1.0.0\r\n"
+        b"accept: text/plain\r\nno colon here\r\nX-Empty:\r\n\r\nAfter: body\r\n"
+    )
+    assert http.parse_headers(block) == {
+        "host": "x",
+        "accept": "application/openmetrics-text; version=1.0.0",
+        "x-empty": "",
+    }
+    assert http.parse_headers(b"") == {}
+    assert http.parse_headers(b"X: y\r\n" * 100 + b"\r\n") == {"x": "y"}
+    assert http.parse_headers(b"X: y\r\n" * 101 + b"\r\n") is None
