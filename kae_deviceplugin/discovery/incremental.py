@@ -160,6 +160,27 @@ class IncrementalScanner:
                 inventory = self._tick()
             return inventory
 
+    def quiet_tick(self, max_files: int) -> Inventory | None:
+        """The tick :meth:`scan` would make now if it is a quiet check of at most ``max_files``
+        files and nothing moved: the same Inventory object; else None, and the next :meth:`scan`
+        makes the whole tick. Cheap enough for an event loop (one ``pread`` per file)."""
+        if not self._lock.acquire(blocking=False):
+            return None  # a scan still runs in a thread: the caller's scan() waits for it
+        try:
+            quiet = self._quiet
+            due = self._until_full <= 0 or self._requested != self._served
+            if due or quiet is None or len(quiet.fds) > max_files:
+                return None
+            if not quiet.quiet():
+                # Something moved, and the events that said so are read: scan() must not
+                # trust the quiet check again before its slow path has looked.
+                self._quiet = None
+                return None
+            self._until_full -= 1
+            return self._last
+        finally:
+            self._lock.release()
+
     def _tick(self) -> Inventory:
         requested = self._requested
         full = self._until_full <= 0 or requested != self._served

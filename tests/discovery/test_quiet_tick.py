@@ -1,6 +1,7 @@
-"""Off sysfs, a quiet tick learns that a kept file was replaced or removed from one inotify read
-(the entry watch of the files' directories) instead of an fstat per file; without inotify it
-checks link counts as before. Either way the answer stays a full scan's."""
+"""Quiet ticks: off sysfs a quiet tick learns that a kept file was replaced or removed from one
+inotify read (the entry watch of the files' directories) instead of an fstat per file, and
+without inotify checks link counts as before; ``quiet_tick`` (what the daemon runs on its event
+loop) answers only when nothing moved. Either way the answer stays a full scan's."""
 
 from __future__ import annotations
 
@@ -105,3 +106,27 @@ def test_out_of_watches_falls_back_to_link_counts(tree: Path) -> None:
         path.unlink()
         path.write_text("-1\n")
         assert_same(scanner.scan(), tree)
+
+
+def test_quiet_tick_answers_only_when_nothing_moved(tree: Path) -> None:
+    """The same object while quiet; None when a file was replaced, and the scan() after it
+    still sees the change (the events the quiet check read are not lost); None when the check
+    is larger than allowed or a full pass is due, without using anything up."""
+    with quiet_scanner(tree) as scanner:
+        assert scanner.quiet_tick(512) is None, "no quiet check before the first ticks"
+        scanner.scan()
+        first = scanner.scan()
+        assert scanner.quiet_tick(512) is first
+        assert scanner.quiet_tick(kept_per_tick(first) - 1) is None
+        set_attribute(tree, "hisi_hpre-2", "isolate", "1")
+        assert scanner.quiet_tick(512) is None
+        changed = scanner.scan()
+        assert changed is not first
+        assert_same(changed, tree)
+        scanner.scan()
+        assert scanner.quiet_tick(512) is not None
+        scanner.invalidate()
+        assert scanner.quiet_tick(512) is None
+        passes = scanner.full_passes
+        scanner.scan()
+        assert scanner.full_passes == passes + 1
