@@ -14,9 +14,9 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Coroutine, Mapping, Set
 from http import HTTPStatus
-from typing import NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from kae_deviceplugin.config.rules import parse_address
@@ -25,9 +25,10 @@ from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.kubelet.podresources import (
-    REFRESH_INTERVAL,
-    AllocationsHolder,
-    refresh_forever,
+    LIST_TIMEOUT,
+    MAX_AGE,
+    Allocations,
+    AllocationsSource,
 )
 from kae_deviceplugin.observability.http_server import (
     BACKLOG,
@@ -208,8 +209,30 @@ def on_loop(loop: asyncio.AbstractEventLoop, func: Callable[[], T], timeout: flo
     return done.result(timeout)
 
 
+def awaited_on_loop(
+    loop: asyncio.AbstractEventLoop, func: Callable[[], Coroutine[Any, Any, T]], timeout: float
+) -> T:
+    """Run the coroutine ``func()`` as a task on ``loop``; its result, or TimeoutError if it does
+    not end in time (it runs on), RuntimeError once the loop is closed."""
+    done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def finished(task: asyncio.Task[T]) -> None:
+        if task.cancelled():
+            done.cancel()
+        elif (err := task.exception()) is not None:
+            done.set_exception(err)
+        else:
+            done.set_result(task.result())
+
+    def start() -> None:  # on the loop: the coroutine is made only where it will be awaited
+        loop.create_task(func()).add_done_callback(finished)
+
+    loop.call_soon_threadsafe(start)
+    return done.result(timeout)
+
+
 def daemon_routes(
-    daemon: Observed, holder: AllocationsHolder, loop: asyncio.AbstractEventLoop
+    daemon: Observed, source: AllocationsSource, loop: asyncio.AbstractEventLoop
 ) -> dict[str, Route]:
     """The endpoint's routes over a running daemon whose loop is ``loop``."""
 
@@ -234,14 +257,19 @@ def daemon_routes(
             return text(503, f"not ready: {problem}")
         return text(200, "ready") if passed else text(503, NOT_READY)
 
-    def snapshot() -> Snapshot:
+    async def snapshot() -> Snapshot:
+        holder = await source.fresh()  # asks the kubelet, unless an answer is a second old
         return Snapshot(
             daemon.inventory, daemon.views, frozenset(daemon.registered), holder.current
         )
 
+    async def held() -> tuple[Allocations | None, str | None]:
+        holder = await source.fresh()
+        return holder.current, holder.problem
+
     def metrics(headers: Headers) -> Response:
         try:
-            taken = on_loop(loop, snapshot, LOOP_TIMEOUT)
+            taken = awaited_on_loop(loop, snapshot, LOOP_TIMEOUT + LIST_TIMEOUT)
         except (TimeoutError, RuntimeError):
             return text(503, "event loop not responding")
         body, content_type = exposition(taken, daemon.counters, headers.get("accept", ""))
@@ -249,7 +277,7 @@ def daemon_routes(
 
     def allocations(headers: Headers) -> Response:
         try:
-            current, problem = on_loop(loop, lambda: (holder.current, holder.problem), LOOP_TIMEOUT)
+            current, problem = awaited_on_loop(loop, held, LOOP_TIMEOUT + LIST_TIMEOUT)
         except (TimeoutError, RuntimeError):
             return text(503, "event loop not responding")
         if current is None:
@@ -267,30 +295,27 @@ def daemon_routes(
 
 
 class EndpointTask:
-    """The root task serving the endpoint and keeping the pod-resources answer fresh.
+    """The root task serving the endpoint; the pod-resources API is asked per scrape.
 
-    ``bound`` is set (and ``port`` known) once listening, for tests that ask for port 0.
+    ``bound`` is set (and ``port`` known) once listening, for tests that ask for port 0;
+    ``source`` is the pod-resources source once running.
     """
 
-    def __init__(self, refresh_interval: float = REFRESH_INTERVAL) -> None:
-        self.refresh_interval = refresh_interval
-        self.allocations = AllocationsHolder()
+    def __init__(self, max_age: float = MAX_AGE) -> None:
+        self.max_age = max_age  # of a pod-resources answer given again to the next scrape
         self.bound = threading.Event()
         self.port: int | None = None
+        self.source: AllocationsSource | None = None
 
     async def run(self, daemon: Observed) -> None:
         """Serve until cancelled; a bad or busy address is logged, never fatal."""
-        endpoint = HttpEndpoint(daemon_routes(daemon, self.allocations, asyncio.get_running_loop()))
         socket_path = daemon.settings.effective_pod_resources_socket
-        refresher = asyncio.create_task(
-            refresh_forever(socket_path, self.allocations, self.refresh_interval)
-        )
+        source = self.source = AllocationsSource(socket_path, self.max_age)
+        endpoint = HttpEndpoint(daemon_routes(daemon, source, asyncio.get_running_loop()))
         try:
             await self._listen(endpoint, daemon.settings.metrics_address)
             await asyncio.Future()  # serve until cancelled
         finally:
-            refresher.cancel()
-            await asyncio.gather(refresher, return_exceptions=True)
             await asyncio.to_thread(endpoint.stop)
 
     async def _listen(self, endpoint: HttpEndpoint, address: str) -> None:

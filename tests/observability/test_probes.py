@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -20,13 +21,14 @@ from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
-from kae_deviceplugin.kubelet.podresources import AllocationsHolder
+from kae_deviceplugin.kubelet.podresources import AllocationsSource
 from kae_deviceplugin.observability import http
 from kae_deviceplugin.observability.http import HttpEndpoint, daemon_routes
 from tests.support.harness import DEADLINE
 from tests.support.observability_harness import observed_node, wait_until
 
 RESOURCES = {f"openfuyao.com/kae.{e}" for e in ("hpre", "sec", "zip")}
+ABSENT_SOCKET = Path("/nonexistent/pod-resources/kubelet.sock")  # the kubelet has none here
 
 
 def test_readyz_turns_ready_only_after_registration_and_not_while_the_kubelet_is_gone() -> None:
@@ -82,7 +84,7 @@ def serving(daemon: FakeDaemon) -> Iterator[tuple[str, asyncio.AbstractEventLoop
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    endpoint = HttpEndpoint(daemon_routes(daemon, AllocationsHolder(), loop))
+    endpoint = HttpEndpoint(daemon_routes(daemon, AllocationsSource(ABSENT_SOCKET), loop))
     endpoint.start("127.0.0.1", 0)
     try:
         yield f"http://127.0.0.1:{endpoint.port}", loop
@@ -162,7 +164,7 @@ def test_all_interfaces_address_listens_on_ipv4_loopback() -> None:
     """`:PORT` binds every interface: reachable over IPv4 (and IPv6 where the host has it)."""
     daemon = FakeDaemon()
     loop = asyncio.new_event_loop()
-    endpoint = HttpEndpoint(daemon_routes(daemon, AllocationsHolder(), loop))
+    endpoint = HttpEndpoint(daemon_routes(daemon, AllocationsSource(ABSENT_SOCKET), loop))
     endpoint.start("", 0)
     try:
         with socket.create_connection(("127.0.0.1", endpoint.port), timeout=DEADLINE):
