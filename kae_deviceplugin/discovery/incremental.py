@@ -130,6 +130,12 @@ class IncrementalScanner:
         """Whether uevents now report devices added and removed, /dev nodes and driver links
         (the udev task says so once its monitor works, and takes it back if it fails): then
         ticks stop looking at them and rely on :meth:`invalidate` and a rarer full pass."""
+        if covered is not self._uevents and self._until_full > 0:
+            # The next full pass is due as many ticks after the last one as the new cadence
+            # says: the first one, made before the udev task started, counted 30, not 300.
+            # (At 0 a full pass is due anyway: first tick, after close(), after invalidate().)
+            longer = self.full_every_with_uevents - self.full_every
+            self._until_full += longer if covered else -longer
         self._uevents = covered
         self._quiet = None
 

@@ -233,6 +233,9 @@ class QuietCheck:
         kept = [(state, index, fd) for state in states for index, fd in state.kept]
         self.fds = [fd for _, _, fd in kept]
         self.expected = [state.raws[index] for state, index, _ in kept]
+        # One byte more than each file held last: enough to tell any change (a longer value
+        # reads as a different prefix), and small reads spare a 64 KiB buffer per pread.
+        self.sizes = [len(raw or b"") + 1 for raw in self.expected]
         self.verify = verify
         self.entries = entries if verify else None
 
@@ -241,7 +244,7 @@ class QuietCheck:
             # Events first: whatever is replaced after this read is an event for the next tick.
             if self.entries is not None and self.entries.moved():
                 return False
-            raws = list(map(_pread, self.fds, repeat(MAX_ATTR_BYTES), repeat(0)))
+            raws = list(map(_pread, self.fds, self.sizes, repeat(0)))
             if self.entries is None and self.verify and 0 in map(_nlink, map(_fstat, self.fds)):
                 return False
         except OSError:
