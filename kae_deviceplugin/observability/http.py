@@ -109,7 +109,10 @@ def parse_headers(block: bytes) -> dict[str, str] | None:
     """
     headers: dict[str, str] = {}
     last = ""
-    for count, line in enumerate(block.decode("latin-1").splitlines()):
+    # Lines end at LF (CRLF on the wire), as http.client splits them; str.splitlines would also
+    # split at form feeds and other separators inside a value.
+    for count, raw_line in enumerate(block.decode("latin-1").split("\n")):
+        line = raw_line.removesuffix("\r")
         if not line:
             break
         if count >= MAX_HEADERS:

@@ -204,5 +204,6 @@ def test_request_headers_parse_as_http_client_reads_them() -> None:
         "x-empty": "",
     }
     assert http.parse_headers(b"") == {}
+    assert http.parse_headers(b"Accept: a\x0cb\nX: y\n\n") == {"accept": "a\x0cb", "x": "y"}
     assert http.parse_headers(b"X: y\r\n" * 100 + b"\r\n") == {"x": "y"}
     assert http.parse_headers(b"X: y\r\n" * 101 + b"\r\n") is None
