@@ -24,6 +24,7 @@ from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.kubelet.podresources import AllocationsSource
 from kae_deviceplugin.observability import http
 from kae_deviceplugin.observability.http import HttpEndpoint, daemon_routes
+from kae_deviceplugin.observability.http_answer import parse_headers
 from tests.support.harness import DEADLINE
 from tests.support.observability_harness import observed_node, wait_until
 
@@ -198,12 +199,12 @@ def test_request_headers_parse_as_http_client_reads_them() -> None:
         b"Host: x\r\nAccept: application/openmetrics-text;\r\n version=1.0.0\r\n"
         b"accept: text/plain\r\nno colon here\r\nX-Empty:\r\n\r\nAfter: body\r\n"
     )
-    assert http.parse_headers(block) == {
+    assert parse_headers(block) == {
         "host": "x",
         "accept": "application/openmetrics-text; version=1.0.0",
         "x-empty": "",
     }
-    assert http.parse_headers(b"") == {}
-    assert http.parse_headers(b"Accept: a\x0cb\nX: y\n\n") == {"accept": "a\x0cb", "x": "y"}
-    assert http.parse_headers(b"X: y\r\n" * 100 + b"\r\n") == {"x": "y"}
-    assert http.parse_headers(b"X: y\r\n" * 101 + b"\r\n") is None
+    assert parse_headers(b"") == {}
+    assert parse_headers(b"Accept: a\x0cb\nX: y\n\n") == {"accept": "a\x0cb", "x": "y"}
+    assert parse_headers(b"X: y\r\n" * 100 + b"\r\n") == {"x": "y"}
+    assert parse_headers(b"X: y\r\n" * 101 + b"\r\n") is None
