@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-from prometheus_client import (
+from kae_deviceplugin import __version__
+from kae_deviceplugin.prometheus_lite import (
     CollectorRegistry,
     Counter,
     Gauge,
@@ -21,8 +22,6 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-
-from kae_deviceplugin import __version__
 
 # A `_created` sample per counter and histogram child doubles their series and says only when the
 # process started, which `process_start_time_seconds` already does once. (A process-wide switch of

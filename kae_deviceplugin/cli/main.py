@@ -11,8 +11,6 @@ from typing import Any, TypeVar
 import click
 
 from kae_deviceplugin import __version__
-from kae_deviceplugin.cli import allocations as allocations_cli
-from kae_deviceplugin.cli.listing import render_json, render_table
 from kae_deviceplugin.cli.serve import load_settings, overrides_from, serve_options
 from kae_deviceplugin.config.resolve import check_config
 from kae_deviceplugin.config.schema import ENV_PREFIX, OPTIONS_BY_FIELD, default_of
@@ -103,6 +101,11 @@ def list_command(
     log_level: str,
 ) -> None:
     """List the KAE devices this node has, with health and the reasons for it."""
+    # Imported here, as for doctor and demo: serve, a long-lived process, never needs them, and
+    # the allocations client's urllib.request (with http.client and email) is ~1.5 MiB resident.
+    from kae_deviceplugin.cli import allocations as allocations_cli  # noqa: PLC0415
+    from kae_deviceplugin.cli.listing import render_json, render_table  # noqa: PLC0415
+
     logs.configure(log_level, "text")
     if allocations:
         try:

@@ -26,7 +26,7 @@ def optional_tasks(settings: Settings) -> list[RootTask]:
     """Root tasks beside the scan and kubelet loops; each survives every outside failure."""
     tasks: list[RootTask] = [udev_task, release_startup_memory]
     if settings.metrics_address:
-        tasks.append(http.metrics_task)  # also keeps the pod-resources answer fresh
+        tasks.append(http.metrics_task)
     if settings.nfd_features_file is not None:
         tasks.append(nfd.nfd_task)
     return tasks

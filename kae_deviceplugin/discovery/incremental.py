@@ -21,9 +21,11 @@ What is read when (the README lists each signal's detection latency):
 
 A kept file that reads ENODEV means its device went away (sysfs detaches the open files of a
 removed device); off sysfs (the fake trees of the tests) a file replaced under its descriptor is
-noticed by its link count dropping to 0. Either way the device is read fully again, so a device
-re-created under the same name is never mistaken for the old one. Faulty entries (skipped with a
-warning) are read fully on every tick, as ``scan()`` does. Descriptors are kept within
+noticed by its link count dropping to 0, which a quiet tick leaves to an inotify watch of the
+files' directories (:mod:`.entry_watch`: one read instead of an ``fstat`` per file). Either way
+the device is read fully again, so a device re-created under the same name is never mistaken for
+the old one. Faulty entries (skipped with a warning) are read fully on every tick, as ``scan()``
+does. Descriptors are kept within
 :class:`~.fd_budget.FdBudget`; running out anyway (EMFILE/ENFILE) halves the budget and redoes
 the tick, since reads made meanwhile cannot be trusted.
 
@@ -40,6 +42,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kae_deviceplugin.core.model import Inventory, UacceDevice
+from kae_deviceplugin.discovery.entry_watch import EntryWatch
 from kae_deviceplugin.discovery.fd_budget import FdBudget, on_sysfs
 from kae_deviceplugin.discovery.scan import DeviceReader
 from kae_deviceplugin.discovery.watched import DevListing, QuietCheck, WatchedDevice, quiet_check
@@ -60,9 +63,9 @@ class IncrementalScanner:
 
     Static attributes are refreshed every ``full_every`` ticks and after :meth:`invalidate`.
     ``max_fds`` caps the descriptors kept open (default: the soft RLIMIT_NOFILE less
-    ``RESERVED_FDS``); ``verify_files`` forces (True) or skips (False) the link-count check
-    that notices files replaced under an open descriptor, which by default runs unless the
-    tree is on sysfs, where a removed file reads ENODEV instead.
+    ``RESERVED_FDS``; off sysfs one inotify descriptor more); ``verify_files`` forces (True) or
+    skips (False) the link-count check that notices files replaced under an open descriptor,
+    which by default runs unless the tree is on sysfs, where a removed file reads ENODEV instead.
     """
 
     def __init__(
@@ -89,6 +92,8 @@ class IncrementalScanner:
         self._names: list[str] | None = None  # the last class/uacce listing
         self._new_followers: list[WatchedDevice] = []  # VFs read this tick
         self._quiet: QuietCheck | None = None  # the fast check of a tick, while it suffices
+        # Off sysfs: the directories of the kept files, so that a quiet tick need not fstat each.
+        self._entries: EntryWatch | None = None
         self._reader = DeviceReader(self.sysfs_root, self.dev_root)
         self._until_full = 0
         self._requested = 0
@@ -125,6 +130,12 @@ class IncrementalScanner:
         """Whether uevents now report devices added and removed, /dev nodes and driver links
         (the udev task says so once its monitor works, and takes it back if it fails): then
         ticks stop looking at them and rely on :meth:`invalidate` and a rarer full pass."""
+        if covered is not self._uevents and self._until_full > 0:
+            # The next full pass is due as many ticks after the last one as the new cadence
+            # says: the first one, made before the udev task started, counted 30, not 300.
+            # (At 0 a full pass is due anyway: first tick, after close(), after invalidate().)
+            longer = self.full_every_with_uevents - self.full_every
+            self._until_full += longer if covered else -longer
         self._uevents = covered
         self._quiet = None
 
@@ -154,6 +165,27 @@ class IncrementalScanner:
                 self._close()
                 inventory = self._tick()
             return inventory
+
+    def quiet_tick(self, max_files: int) -> Inventory | None:
+        """The tick :meth:`scan` would make now if it is a quiet check of at most ``max_files``
+        files and nothing moved: the same Inventory object; else None, and the next :meth:`scan`
+        makes the whole tick. Cheap enough for an event loop (one ``pread`` per file)."""
+        if not self._lock.acquire(blocking=False):
+            return None  # a scan still runs in a thread: the caller's scan() waits for it
+        try:
+            quiet = self._quiet
+            due = self._until_full <= 0 or self._requested != self._served
+            if due or quiet is None or len(quiet.fds) > max_files:
+                return None
+            if not quiet.quiet():
+                # Something moved, and the events that said so are read: scan() must not
+                # trust the quiet check again before its slow path has looked.
+                self._quiet = None
+                return None
+            self._until_full -= 1
+            return self._last
+        finally:
+            self._lock.release()
 
     def _tick(self) -> Inventory:
         requested = self._requested
@@ -198,7 +230,7 @@ class IncrementalScanner:
         self._settle_followers()
         picked = reader.collect(names, devices.__getitem__)
         if self._uevents and len(watched) == len(names):  # no entry is read fully every tick
-            self._quiet = quiet_check(watched.values(), bool(self._verify))
+            self._quiet = quiet_check(watched.values(), bool(self._verify), self._entries)
         return self._settle(picked, tuple(reader.warnings))
 
     def _device(
@@ -262,6 +294,8 @@ class IncrementalScanner:
         self._reader = DeviceReader(self.sysfs_root, self.dev_root)
         if self._verify is None:
             self._verify = not on_sysfs(self._reader.sysfs_root)
+        if self._verify:
+            self._entries = EntryWatch.open()  # None: quiet ticks check link counts instead
         self._until_full = self.full_every_with_uevents if self._uevents else self.full_every
         self._dev.size = 0  # measure /dev again: it may have shrunk since the last listing
         self.full_passes += 1
@@ -276,6 +310,10 @@ class IncrementalScanner:
             return None  # skipped with a warning: read again next tick, as scan() would
         state = WatchedDevice(found, self._reader.dev_root)
         state.keep(state.tick_indexes(), self._budget)
+        entries = self._entries
+        if entries is not None and not entries.add(os.path.dirname(state.paths[0])):
+            entries.close()  # out of watches: link counts, as without inotify, from now on
+            self._entries = None
         # With nothing to watch nothing would tell that the device went away: read it each tick.
         if state.kept or state.by_path:
             self._watched[name] = state
@@ -298,6 +336,9 @@ class IncrementalScanner:
         self._watched.clear()
         self._owners.clear()
         self._quiet = None  # its descriptors are closed
+        if self._entries is not None:
+            self._entries.close()
+            self._entries = None
 
     def _release(self, state: WatchedDevice) -> None:
         for _, fd in state.kept:

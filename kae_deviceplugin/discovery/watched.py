@@ -26,6 +26,7 @@ from kae_deviceplugin.discovery.attributes import (
     decode_attribute,
     read_attribute,
 )
+from kae_deviceplugin.discovery.entry_watch import EntryWatch
 from kae_deviceplugin.discovery.fd_budget import BY_PATH, FdBudget
 from kae_deviceplugin.discovery.scan import VOLATILE_ATTRIBUTES, DeviceRead, volatile_fields
 
@@ -218,35 +219,49 @@ class DevListing:
 
 
 class QuietCheck:
-    """A whole tick as two C-level loops, for the usual tick where nothing moved: every kept
-    file read with ``pread`` and compared, as bytes, with what it read last; off sysfs also
-    whether each is still linked. Any difference or error sends the tick down the slow path,
-    which reads each device as :meth:`WatchedDevice.refresh` does and finds out what moved.
+    """A whole tick as C-level loops, for the usual tick where nothing moved: every kept file
+    read with ``pread`` and compared, as bytes, with what it read last; off sysfs also whether
+    any was replaced or removed: one read of ``entries`` (an inotify watch of their directories)
+    or, without it, each file's link count. Any difference, event or error sends the tick down
+    the slow path, which reads each device as :meth:`WatchedDevice.refresh` does (link counts
+    included) and finds out what moved.
     """
 
-    def __init__(self, states: Iterable[WatchedDevice], verify: bool) -> None:
+    def __init__(
+        self, states: Iterable[WatchedDevice], verify: bool, entries: EntryWatch | None
+    ) -> None:
         kept = [(state, index, fd) for state in states for index, fd in state.kept]
         self.fds = [fd for _, _, fd in kept]
         self.expected = [state.raws[index] for state, index, _ in kept]
+        # One byte more than each file held last: enough to tell any change (a longer value
+        # reads as a different prefix), and small reads spare a 64 KiB buffer per pread.
+        self.sizes = [len(raw or b"") + 1 for raw in self.expected]
         self.verify = verify
+        self.entries = entries if verify else None
 
     def quiet(self) -> bool:
         try:
-            raws = list(map(_pread, self.fds, repeat(MAX_ATTR_BYTES), repeat(0)))
-            if self.verify and 0 in map(_nlink, map(_fstat, self.fds)):
+            # Events first: whatever is replaced after this read is an event for the next tick.
+            if self.entries is not None and self.entries.moved():
+                return False
+            raws = list(map(_pread, self.fds, self.sizes, repeat(0)))
+            if self.entries is None and self.verify and 0 in map(_nlink, map(_fstat, self.fds)):
                 return False
         except OSError:
             return False
         return raws == self.expected
 
 
-def quiet_check(states: Collection[WatchedDevice], verify: bool) -> QuietCheck | None:
+def quiet_check(
+    states: Collection[WatchedDevice], verify: bool, entries: EntryWatch | None = None
+) -> QuietCheck | None:
     """A QuietCheck when a pread of each kept file is all a tick needs to look at, else None:
-    every file read by fd (none by path, none that could appear off sysfs), every reading taken
-    by the last tick (none pending), every VF's PF watched (``follows`` is cleared otherwise)."""
+    every file read by fd (none by path; off sysfs, none that could appear unless ``entries``
+    watches their directories), every reading taken by the last tick (none pending), every VF's
+    PF watched (``follows`` is cleared otherwise)."""
     for state in states:
-        if state.by_path or state.dirty or (verify and state.absent):
+        if state.by_path or state.dirty or (verify and state.absent and entries is None):
             return None
         if any(state.raws[index] is None for index, _ in state.kept):
             return None
-    return QuietCheck(states, verify)
+    return QuietCheck(states, verify, entries)

@@ -2,16 +2,19 @@
 
 The device plugin API never says which pod got a device (Allocate names device IDs only, and
 nothing reports a release), so the kubelet's own record is the one source of truth. It is read
-every few seconds into an :class:`AllocationsHolder`; metrics and ``/allocations`` read the
-holder. A missing or failing socket leaves the holder "unknown" (None) and is logged once per
-change of state: the endpoint may be disabled (``KubeletPodResources`` off) or the kubelet
-restarting, neither of which is the plugin's fault.
+when someone wants to know, a scrape of ``/metrics`` or a GET of ``/allocations``, through an
+:class:`AllocationsSource`, not on a timer: nothing else in the daemon uses it, and a List every
+few seconds (a gRPC channel set up and torn down each time) was most of what an idle daemon did
+on a node with pods. A missing or failing socket leaves the holder "unknown" (None) and is logged
+once per change of state: the endpoint may be disabled (``KubeletPodResources`` off) or the
+kubelet restarting, neither of which is the plugin's fault.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +28,9 @@ from kae_deviceplugin.core.engines import ENGINES_BY_RESOURCE
 log = logging.getLogger(__name__)
 
 LIST_TIMEOUT = 2.0  # a local unix socket: anything slower is a kubelet in trouble
-REFRESH_INTERVAL = 5.0
+# An answer this young is given again rather than asked anew: scrapes arriving together (two
+# Prometheus replicas, a probe of /allocations beside) cost one List.
+MAX_AGE = 1.0
 OUR_RESOURCES: frozenset[str] = frozenset(ENGINES_BY_RESOURCE)
 # List returns every pod of the node; allow more than gRPC's 4 MiB default for crowded nodes.
 _MAX_MESSAGE = 32 * 1024 * 1024
@@ -159,20 +164,41 @@ class _StateLog:
         self.kind = None
 
 
-async def refresh_forever(
-    socket: Path, holder: AllocationsHolder, interval: float = REFRESH_INTERVAL
-) -> None:
-    """Keep ``holder`` current; never raises (a root task must not take the daemon down)."""
-    states = _StateLog(socket)
-    while True:
+class AllocationsSource:
+    """The kubelet's answer, asked for when wanted: :meth:`fresh` gives a holder at most
+    ``max_age`` seconds old, asking once for every caller that waits meanwhile. Never raises
+    for the kubelet's failures (they are the holder's ``problem``)."""
+
+    def __init__(self, socket: Path, max_age: float = MAX_AGE) -> None:
+        self.socket = socket
+        self.max_age = max_age
+        self.holder = AllocationsHolder()
+        self._states = _StateLog(socket)
+        self._answered_at = -float("inf")
+        self._asking: asyncio.Future[None] | None = None
+        self.queries = 0
+
+    async def fresh(self) -> AllocationsHolder:
+        if time.monotonic() - self._answered_at >= self.max_age:
+            if self._asking is None:
+                self._asking = asyncio.ensure_future(self._ask())
+            # Shielded: one caller giving up (its deadline) does not cancel the others' answer.
+            await asyncio.shield(self._asking)
+        return self.holder
+
+    async def _ask(self) -> None:
+        holder = self.holder
+        self.queries += 1
         try:
-            holder.current = await list_allocations(socket)
+            holder.current = await list_allocations(self.socket)
             holder.problem = None
-            states.answered()
+            self._states.answered()
         except PodResourcesUnavailable as err:
             holder.current, holder.problem = None, str(err)
-            states.failed(err)
-        except Exception as err:  # anything else from gRPC must not end the daemon either
+            self._states.failed(err)
+        except Exception as err:  # anything else from gRPC must not fail the scrape either
             holder.current, holder.problem = None, f"{type(err).__name__}: {err}"
-            states.failed(PodResourcesUnavailable(type(err).__name__, holder.problem))
-        await asyncio.sleep(interval)
+            self._states.failed(PodResourcesUnavailable(type(err).__name__, holder.problem))
+        finally:
+            self._answered_at = time.monotonic()
+            self._asking = None

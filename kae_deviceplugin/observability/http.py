@@ -10,17 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import http.client
-import io
 import json
 import logging
 import socket
 import threading
-from collections.abc import Callable, Mapping, Set
-from email.message import Message
-from http import HTTPStatus
-from typing import NamedTuple, Protocol, TypeVar
-from urllib.parse import urlsplit
+from collections.abc import Callable, Coroutine, Mapping, Set
+from typing import Any, Protocol, TypeVar
 
 from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.config.settings import Settings
@@ -28,17 +23,19 @@ from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.kubelet.podresources import (
-    REFRESH_INTERVAL,
-    AllocationsHolder,
-    refresh_forever,
+    LIST_TIMEOUT,
+    MAX_AGE,
+    Allocations,
+    AllocationsSource,
 )
-from kae_deviceplugin.observability.http_server import (
-    BACKLOG,
-    Answer,
-    BoundedHttpServer,
-    connection_cap,
-    plain_response,
+from kae_deviceplugin.observability.http_answer import (
+    Headers,
+    Response,
+    Route,
+    route_answer,
+    text,
 )
+from kae_deviceplugin.observability.http_server import BACKLOG, BoundedHttpServer, connection_cap
 from kae_deviceplugin.observability.metrics import Snapshot, exposition
 
 log = logging.getLogger(__name__)
@@ -51,20 +48,6 @@ NOT_READY = "not ready: resources not registered/streaming"
 T = TypeVar("T")
 
 
-class Response(NamedTuple):
-    status: int
-    content_type: str
-    body: bytes
-
-
-Route = Callable[[Message], Response]
-TEXT = "text/plain; charset=utf-8"
-
-
-def text(status: int, message: str) -> Response:
-    return Response(status, TEXT, (message + "\n").encode())
-
-
 def listen(host: str, port: int) -> socket.socket:
     """A listening socket; "" host means every interface of both families, as on most servers."""
     if host == "":
@@ -75,44 +58,6 @@ def listen(host: str, port: int) -> socket.socket:
         host = "0.0.0.0"
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return socket.create_server((host, port), family=family, backlog=BACKLOG)
-
-
-def route_answer(routes: Mapping[str, Route]) -> Answer:
-    """The server's answer function: a request head in, a whole response out."""
-
-    def answer(head: bytes) -> bytes:
-        request_line, _, rest = head.partition(b"\n")
-        parts = request_line.decode("latin-1").split()
-        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            return encode(text(400, "bad request line"), body=True)
-        method, target, _ = parts
-        if method not in ("GET", "HEAD"):
-            return encode(text(405, "only GET and HEAD"), body=True)
-        try:
-            headers = http.client.parse_headers(io.BytesIO(rest))
-        except http.client.HTTPException:
-            return encode(text(400, "bad request headers"), body=True)
-        reply = _route(routes, urlsplit(target).path, headers)
-        log.debug("%s %s -> %d", method, target[:200], reply.status)
-        return encode(reply, body=method == "GET")
-
-    return answer
-
-
-def _route(routes: Mapping[str, Route], path: str, headers: Message) -> Response:
-    route = routes.get(path)
-    if route is None:
-        return text(404, "not found; try /metrics, /healthz, /readyz or /allocations")
-    try:
-        return route(headers)
-    except Exception:
-        log.exception("answering %s failed", path)
-        return text(500, "internal error; see the plugin's log")
-
-
-def encode(reply: Response, body: bool) -> bytes:
-    phrase = HTTPStatus(reply.status).phrase
-    return plain_response(reply.status, phrase, reply.body, reply.content_type, head_only=not body)
 
 
 class HttpEndpoint:
@@ -180,13 +125,35 @@ def on_loop(loop: asyncio.AbstractEventLoop, func: Callable[[], T], timeout: flo
     return done.result(timeout)
 
 
+def awaited_on_loop(
+    loop: asyncio.AbstractEventLoop, func: Callable[[], Coroutine[Any, Any, T]], timeout: float
+) -> T:
+    """Run the coroutine ``func()`` as a task on ``loop``; its result, or TimeoutError if it does
+    not end in time (it runs on), RuntimeError once the loop is closed."""
+    done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def finished(task: asyncio.Task[T]) -> None:
+        if task.cancelled():
+            done.cancel()
+        elif (err := task.exception()) is not None:
+            done.set_exception(err)
+        else:
+            done.set_result(task.result())
+
+    def start() -> None:  # on the loop: the coroutine is made only where it will be awaited
+        loop.create_task(func()).add_done_callback(finished)
+
+    loop.call_soon_threadsafe(start)
+    return done.result(timeout)
+
+
 def daemon_routes(
-    daemon: Observed, holder: AllocationsHolder, loop: asyncio.AbstractEventLoop
+    daemon: Observed, source: AllocationsSource, loop: asyncio.AbstractEventLoop
 ) -> dict[str, Route]:
     """The endpoint's routes over a running daemon whose loop is ``loop``."""
 
     def probe(check: Callable[[], bool], ok: str, failed: str) -> Route:
-        def route(headers: Message) -> Response:
+        def route(headers: Headers) -> Response:
             try:
                 passed = on_loop(loop, check, LOOP_TIMEOUT)
             except (TimeoutError, RuntimeError):
@@ -195,7 +162,7 @@ def daemon_routes(
 
         return route
 
-    def readyz(headers: Message) -> Response:
+    def readyz(headers: Headers) -> Response:
         try:
             passed, problem = on_loop(
                 loop, lambda: (daemon.ready(), daemon.view_problem), LOOP_TIMEOUT
@@ -206,22 +173,27 @@ def daemon_routes(
             return text(503, f"not ready: {problem}")
         return text(200, "ready") if passed else text(503, NOT_READY)
 
-    def snapshot() -> Snapshot:
+    async def snapshot() -> Snapshot:
+        holder = await source.fresh()  # asks the kubelet, unless an answer is a second old
         return Snapshot(
             daemon.inventory, daemon.views, frozenset(daemon.registered), holder.current
         )
 
-    def metrics(headers: Message) -> Response:
+    async def held() -> tuple[Allocations | None, str | None]:
+        holder = await source.fresh()
+        return holder.current, holder.problem
+
+    def metrics(headers: Headers) -> Response:
         try:
-            taken = on_loop(loop, snapshot, LOOP_TIMEOUT)
+            taken = awaited_on_loop(loop, snapshot, LOOP_TIMEOUT + LIST_TIMEOUT)
         except (TimeoutError, RuntimeError):
             return text(503, "event loop not responding")
-        body, content_type = exposition(taken, daemon.counters, headers.get("Accept", ""))
+        body, content_type = exposition(taken, daemon.counters, headers.get("accept", ""))
         return Response(200, content_type, body)
 
-    def allocations(headers: Message) -> Response:
+    def allocations(headers: Headers) -> Response:
         try:
-            current, problem = on_loop(loop, lambda: (holder.current, holder.problem), LOOP_TIMEOUT)
+            current, problem = awaited_on_loop(loop, held, LOOP_TIMEOUT + LIST_TIMEOUT)
         except (TimeoutError, RuntimeError):
             return text(503, "event loop not responding")
         if current is None:
@@ -239,30 +211,27 @@ def daemon_routes(
 
 
 class EndpointTask:
-    """The root task serving the endpoint and keeping the pod-resources answer fresh.
+    """The root task serving the endpoint; the pod-resources API is asked per scrape.
 
-    ``bound`` is set (and ``port`` known) once listening, for tests that ask for port 0.
+    ``bound`` is set (and ``port`` known) once listening, for tests that ask for port 0;
+    ``source`` is the pod-resources source once running.
     """
 
-    def __init__(self, refresh_interval: float = REFRESH_INTERVAL) -> None:
-        self.refresh_interval = refresh_interval
-        self.allocations = AllocationsHolder()
+    def __init__(self, max_age: float = MAX_AGE) -> None:
+        self.max_age = max_age  # of a pod-resources answer given again to the next scrape
         self.bound = threading.Event()
         self.port: int | None = None
+        self.source: AllocationsSource | None = None
 
     async def run(self, daemon: Observed) -> None:
         """Serve until cancelled; a bad or busy address is logged, never fatal."""
-        endpoint = HttpEndpoint(daemon_routes(daemon, self.allocations, asyncio.get_running_loop()))
         socket_path = daemon.settings.effective_pod_resources_socket
-        refresher = asyncio.create_task(
-            refresh_forever(socket_path, self.allocations, self.refresh_interval)
-        )
+        source = self.source = AllocationsSource(socket_path, self.max_age)
+        endpoint = HttpEndpoint(daemon_routes(daemon, source, asyncio.get_running_loop()))
         try:
             await self._listen(endpoint, daemon.settings.metrics_address)
             await asyncio.Future()  # serve until cancelled
         finally:
-            refresher.cancel()
-            await asyncio.gather(refresher, return_exceptions=True)
             await asyncio.to_thread(endpoint.stop)
 
     async def _listen(self, endpoint: HttpEndpoint, address: str) -> None:

@@ -17,14 +17,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
-
 from kae_deviceplugin.core.model import Inventory, UacceDevice
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.discovery.scan import read_available_instances
 from kae_deviceplugin.kubelet.podresources import Allocations
+from kae_deviceplugin.prometheus_lite import GaugeMetricFamily, Metric, choose_encoder
 
 DEVICE_LABELS = ("engine", "device", "pci_address")
 HOLDER_LABELS = ("namespace", "pod", "container")

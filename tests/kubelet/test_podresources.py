@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,9 @@ def test_failing_or_absent_pod_resources_never_crash_and_warn_once(
     monkeypatch.setattr(podresources, "list_allocations", counted)
     with observed_node() as node:
         assert node.wait_registered(3)
-        assert wait_until(lambda: queries[0] >= 5)  # several refreshes of an absent socket
+        for _ in range(5):  # each scrape asks (the harness keeps no answer for the next)
+            node.samples("kae_pod_resources_up")
+        assert queries[0] >= 5
         assert len(warnings_since(caplog)) == 1
         assert "does not exist" in warnings_since(caplog)[0]
         assert pod_resources_up(node) == 0
@@ -126,8 +129,9 @@ def test_failing_or_absent_pod_resources_never_crash_and_warn_once(
             mark = len(caplog.records)
             kubelet.set_failing(grpc.StatusCode.UNAVAILABLE)
             calls = kubelet.calls
-            assert wait_until(lambda: kubelet.calls >= calls + 5)  # several failed refreshes
-            assert not holders(node)
+            for _ in range(5):
+                assert not holders(node)
+            assert kubelet.calls >= calls + 5  # several failed queries
             assert pod_resources_up(node) == 0
             assert node.runner.alive and node.get("/healthz")[0] == 200
             failing = warnings_since(caplog, mark)
@@ -181,3 +185,46 @@ def test_socket_errors_name_the_socket(tmp_path: Path) -> None:
     """A missing socket is reported with its path, as AllocationsUnavailable."""
     with pytest.raises(AllocationsUnavailable, match="does not exist"):
         allocations.from_socket(tmp_path / "absent.sock")
+
+
+def test_source_asks_only_when_asked_and_shares_young_answers() -> None:
+    """Nothing is asked until fresh() is awaited; callers waiting together, and a caller
+    within max_age of the answer, share one List; an older answer is asked anew."""
+
+    async def scenario(socket: Path, kubelet: PodResourcesEmulator) -> None:
+        source = podresources.AllocationsSource(socket, max_age=60.0)
+        await asyncio.sleep(0.05)
+        assert (source.queries, kubelet.calls) == (0, 0)
+        first, second = await asyncio.gather(source.fresh(), source.fresh())
+        assert first is second and first.current is not None
+        assert list(first.current.rows) == EXPECTED
+        assert (source.queries, kubelet.calls) == (1, 1)
+        await source.fresh()
+        assert kubelet.calls == 1, "a young answer is given again"
+        source.max_age = 0.0
+        kubelet.set_pods([])
+        again = await source.fresh()
+        assert kubelet.calls == 2 and again.current is not None and again.current.rows == ()
+
+    with short_tmpdir() as tmp:
+        socket = tmp / "pod-resources.sock"
+        with PodResourcesEmulator(socket) as kubelet:
+            kubelet.set_pods(PODS)
+            asyncio.run(scenario(socket, kubelet))
+
+
+def test_an_idle_daemon_never_asks_the_pod_resources_api() -> None:
+    """With the endpoint on but nobody scraping, the kubelet's List is never called."""
+    with observed_node() as node:
+        socket = node.daemon.settings.effective_pod_resources_socket
+        with PodResourcesEmulator(socket) as kubelet:
+            assert node.wait_registered(3)
+            rescans = node.daemon.counters.sample("kae_scan_duration_seconds_count")
+            assert wait_until(
+                lambda: (
+                    node.daemon.counters.sample("kae_scan_duration_seconds_count") >= rescans + 3
+                )
+            )
+            assert kubelet.calls == 0
+            node.get("/allocations")
+            assert kubelet.calls == 1

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -20,13 +21,15 @@ from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
-from kae_deviceplugin.kubelet.podresources import AllocationsHolder
+from kae_deviceplugin.kubelet.podresources import AllocationsSource
 from kae_deviceplugin.observability import http
 from kae_deviceplugin.observability.http import HttpEndpoint, daemon_routes
+from kae_deviceplugin.observability.http_answer import parse_headers
 from tests.support.harness import DEADLINE
 from tests.support.observability_harness import observed_node, wait_until
 
 RESOURCES = {f"openfuyao.com/kae.{e}" for e in ("hpre", "sec", "zip")}
+ABSENT_SOCKET = Path("/nonexistent/pod-resources/kubelet.sock")  # the kubelet has none here
 
 
 def test_readyz_turns_ready_only_after_registration_and_not_while_the_kubelet_is_gone() -> None:
@@ -82,7 +85,7 @@ def serving(daemon: FakeDaemon) -> Iterator[tuple[str, asyncio.AbstractEventLoop
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    endpoint = HttpEndpoint(daemon_routes(daemon, AllocationsHolder(), loop))
+    endpoint = HttpEndpoint(daemon_routes(daemon, AllocationsSource(ABSENT_SOCKET), loop))
     endpoint.start("127.0.0.1", 0)
     try:
         yield f"http://127.0.0.1:{endpoint.port}", loop
@@ -162,7 +165,7 @@ def test_all_interfaces_address_listens_on_ipv4_loopback() -> None:
     """`:PORT` binds every interface: reachable over IPv4 (and IPv6 where the host has it)."""
     daemon = FakeDaemon()
     loop = asyncio.new_event_loop()
-    endpoint = HttpEndpoint(daemon_routes(daemon, AllocationsHolder(), loop))
+    endpoint = HttpEndpoint(daemon_routes(daemon, AllocationsSource(ABSENT_SOCKET), loop))
     endpoint.start("", 0)
     try:
         with socket.create_connection(("127.0.0.1", endpoint.port), timeout=DEADLINE):
@@ -187,3 +190,21 @@ def test_a_busy_port_is_logged_once_and_does_not_stop_the_daemon(
             assert not node.endpoint.bound.is_set()
             assert node.runner.alive
     assert caplog.text.count("cannot listen") == 1
+
+
+def test_request_headers_parse_as_http_client_reads_them() -> None:
+    """Names in lower case, the first of a repeated field, folded lines joined, lines without a
+    colon skipped, parsing stops at the blank line; over 100 fields is refused (None)."""
+    block = (
+        b"Host: x\r\nAccept: application/openmetrics-text;\r\n version=1.0.0\r\n"
+        b"accept: text/plain\r\nno colon here\r\nX-Empty:\r\n\r\nAfter: body\r\n"
+    )
+    assert parse_headers(block) == {
+        "host": "x",
+        "accept": "application/openmetrics-text; version=1.0.0",
+        "x-empty": "",
+    }
+    assert parse_headers(b"") == {}
+    assert parse_headers(b"Accept: a\x0cb\nX: y\n\n") == {"accept": "a\x0cb", "x": "y"}
+    assert parse_headers(b"X: y\r\n" * 100 + b"\r\n") == {"x": "y"}
+    assert parse_headers(b"X: y\r\n" * 101 + b"\r\n") is None

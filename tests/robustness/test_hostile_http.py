@@ -22,7 +22,8 @@ from pathlib import Path
 import grpc
 
 from kae_deviceplugin.api import pb, pb_grpc
-from kae_deviceplugin.observability.http import HttpEndpoint, Response
+from kae_deviceplugin.observability.http import HttpEndpoint
+from kae_deviceplugin.observability.http_answer import Response
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.support.harness import DEADLINE, short_tmpdir

@@ -19,8 +19,6 @@ from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.support.harness import DEADLINE, DaemonThread, Node, settings_for, short_tmpdir
 
-REFRESH = 0.1  # pod-resources refresh interval in tests
-
 
 def wait_until(check: Callable[[], Any], timeout: float = DEADLINE) -> Any:
     """Poll ``check`` until it returns something truthy (returned) or ``timeout`` passes (None)."""
@@ -82,7 +80,7 @@ def observed_node(
         kubelet = KubeletEmulator(settings.effective_device_plugin_dir, dial_timeout=5.0)
         if start_kubelet:
             kubelet.start()
-        endpoint = EndpointTask(refresh_interval=REFRESH)
+        endpoint = EndpointTask(max_age=0.0)  # every scrape asks the pod-resources API
         runner = DaemonThread(Daemon(settings, extra_tasks=[endpoint.run]))
         runner.start()
         try:
