@@ -714,3 +714,26 @@ def test_dockerfile_contract() -> None:
     ]
     assert ignore[0] == "*", "the build context must be an allow-list"
     assert {"!pyproject.toml", "!README.md", "!kae_deviceplugin/"} <= set(ignore)
+
+
+def test_image_build_context_holds_every_file_the_wheel_build_reads() -> None:
+    """The files pyproject's metadata names (readme, license-files) pass the .dockerignore
+    allow-list and are copied into the build stage: flit refuses to build the wheel without them
+    (a missing LICENSE once broke the image build)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    needed = [project["readme"], *project.get("license-files", [])]
+    assert "LICENSE" in needed
+    allowed = set((REPO / ".dockerignore").read_text().splitlines())
+    text = re.sub(r"\\\n", " ", (REPO / "Dockerfile").read_text())
+    build_stage = text.split("\nFROM ", 2)[1]
+    copied = {
+        word
+        for line in build_stage.splitlines()
+        if line.startswith("COPY ") and "--from" not in line
+        for word in line.split()[1:-1]
+    }
+    for name in needed:
+        assert f"!{name}" in allowed, f"{name} is not in the Docker build context"
+        assert name in copied, f"{name} is not copied into the build stage"
