@@ -289,6 +289,24 @@ def test_config_paths_point_into_the_mounts(objs: list[Obj]) -> None:
     assert paths["sysfsRoot"] == "/sys" and "/sys" not in by_container
 
 
+def test_fixture_root_points_the_config_and_the_environment_at_the_tree() -> None:
+    """With devicePlugin.fixtureRoot the config file and the KAE_DP_* variables (which beat the
+    file for serve) both name the tree's sys/ and dev/, mounted read-only at the same path, and
+    the host dev root is left to follow the dev root (answers name the tree's nodes). The
+    variables once kept /host/dev, so on a real cluster every fixture device was Unhealthy
+    (dev-node-missing)."""
+    objs = render(None, "devicePlugin.fixtureRoot=/srv/tree")
+    paths = daemon_config(objs)["paths"]
+    assert (paths["sysfsRoot"], paths["devRoot"]) == ("/srv/tree/sys", "/srv/tree/dev")
+    assert "hostDevRoot" not in paths
+    env = {e["name"]: e.get("value") for e in container(objs)["env"]}
+    assert (env["KAE_DP_SYSFS_ROOT"], env["KAE_DP_DEV_ROOT"]) == (
+        paths["sysfsRoot"],
+        paths["devRoot"],
+    )
+    assert host_mounts(objs)["/srv/tree"] == ("/srv/tree", True)
+
+
 # --------------------------------------------------------------------------------------------
 # Placement: opt-out label, NFD label, priority
 
