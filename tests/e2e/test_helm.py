@@ -206,21 +206,23 @@ def test_opt_out_label_removes_the_plugin_pod_and_removing_it_brings_it_back(
 ) -> None:
     """Labelling the node openfuyao.com/kae.deploy.device-plugin=false (the chart's node-affinity
     opt-out) makes the DaemonSet remove its pod from the node, and the node's allocatable drops
-    to 0; removing the label brings a new pod that becomes Ready and registers again. The
-    workload keeps running throughout."""
+    to 0 (capacity stays); removing the label brings a new pod that becomes Ready and registers
+    again. The workload keeps running throughout."""
     release = deployment.release
+    counts = deployment.tree.counts()
     before = wait_until("plugin pod Ready", release.ready_pod, timeout=60)
     cluster.kubectl("label", "node", cluster.node, f"{OPT_OUT_LABEL}=false", "--overwrite")
     try:
         wait_until(
             "plugin pod gone from the node", lambda: not release.pods(terminating=True), timeout=120
         )
-        cluster.wait_resources(allocatable={"hpre": 0, "sec": 0, "zip": 0})
+        # The kubelet marks a departed plugin's devices unhealthy and keeps its capacity (for
+        # its grace period), so allocatable drops and capacity stays.
+        cluster.wait_resources(capacity=counts, allocatable={"hpre": 0, "sec": 0, "zip": 0})
     finally:
         cluster.kubectl("label", "node", cluster.node, f"{OPT_OUT_LABEL}-")
     after = wait_until("plugin pod back and Ready", release.ready_pod, timeout=180)
     assert after["metadata"]["uid"] != before["metadata"]["uid"]
-    counts = deployment.tree.counts()
     cluster.wait_resources(capacity=counts, allocatable=counts, timeout=120)
     assert _container(cluster, workload)[1] == 0
 
