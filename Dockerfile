@@ -18,7 +18,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY kae_deviceplugin ./kae_deviceplugin
 # grpcio and protobuf publish manylinux wheels for aarch64 and x86_64, so nothing compiles here.
 # ensurepip seeds the venv with pip and (Python < 3.12) setuptools; neither is needed at run time,

@@ -5,7 +5,7 @@
 # Not run in CI (it downloads Debian packages and PyPI wheels and takes minutes).
 #
 # Needs: root, Debian packages `buildah` and `debootstrap` (apt-get install buildah debootstrap),
-# README.md present at the repository root (the wheel's metadata reads it).
+# README.md and LICENSE present at the repository root (the wheel's metadata reads them).
 #
 # Usage: scripts/build-image.sh [--arch amd64|arm64] [--tag IMAGE] [--base-cache DIR] [--rebuild-base]
 #   --arch          target architecture (default: this machine's). A foreign one needs
@@ -50,7 +50,9 @@ for tool in buildah debootstrap; do
     command -v "${tool}" >/dev/null || { log "missing ${tool}: apt-get install ${tool}"; exit 1; }
 done
 [[ "$(id -u)" == 0 ]] || { log "run as root (debootstrap and buildah's chroot isolation need it)"; exit 1; }
-[[ -f "${REPO_ROOT}/README.md" ]] || { log "README.md is missing: the wheel build needs it"; exit 1; }
+for f in README.md LICENSE; do
+    [[ -f "${REPO_ROOT}/${f}" ]] || { log "${f} is missing: the wheel build needs it"; exit 1; }
+done
 
 # The literal `__version__ = "X"` (flit reads the same line for the package metadata).
 version="$(sed -n 's/^__version__ *= *["'\'']\([^"'\'']*\)["'\''].*/\1/p' \

@@ -24,6 +24,7 @@ from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView, build_views
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.daemon.container_files import ContainerFiles
+from kae_deviceplugin.daemon.host_files import remove_if_unused
 from kae_deviceplugin.daemon.kubelet_watch import KubeletWatch
 from kae_deviceplugin.daemon.preflight import prepare_socket_dir
 from kae_deviceplugin.daemon.roots import run_until_one_ends, signal_handlers
@@ -170,6 +171,7 @@ class Daemon:
         self.scanner.close()
         await self.server_set.stop_all()
         log.info("stopped: streams ended, sockets removed")
+        await remove_if_unused(self.settings)
 
     async def scan_loop(self) -> None:
         while True:

@@ -289,6 +289,24 @@ def test_config_paths_point_into_the_mounts(objs: list[Obj]) -> None:
     assert paths["sysfsRoot"] == "/sys" and "/sys" not in by_container
 
 
+def test_fixture_root_points_the_config_and_the_environment_at_the_tree() -> None:
+    """With devicePlugin.fixtureRoot the config file and the KAE_DP_* variables (which beat the
+    file for serve) both name the tree's sys/ and dev/, mounted read-only at the same path, and
+    the host dev root is left to follow the dev root (answers name the tree's nodes). The
+    variables once kept /host/dev, so on a real cluster every fixture device was Unhealthy
+    (dev-node-missing)."""
+    objs = render(None, "devicePlugin.fixtureRoot=/srv/tree")
+    paths = daemon_config(objs)["paths"]
+    assert (paths["sysfsRoot"], paths["devRoot"]) == ("/srv/tree/sys", "/srv/tree/dev")
+    assert "hostDevRoot" not in paths
+    env = {e["name"]: e.get("value") for e in container(objs)["env"]}
+    assert (env["KAE_DP_SYSFS_ROOT"], env["KAE_DP_DEV_ROOT"]) == (
+        paths["sysfsRoot"],
+        paths["devRoot"],
+    )
+    assert host_mounts(objs)["/srv/tree"] == ("/srv/tree", True)
+
+
 # --------------------------------------------------------------------------------------------
 # Placement: opt-out label, NFD label, priority
 
@@ -714,3 +732,26 @@ def test_dockerfile_contract() -> None:
     ]
     assert ignore[0] == "*", "the build context must be an allow-list"
     assert {"!pyproject.toml", "!README.md", "!kae_deviceplugin/"} <= set(ignore)
+
+
+def test_image_build_context_holds_every_file_the_wheel_build_reads() -> None:
+    """The files pyproject's metadata names (readme, license-files) pass the .dockerignore
+    allow-list and are copied into the build stage: flit refuses to build the wheel without them
+    (a missing LICENSE once broke the image build)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    needed = [project["readme"], *project.get("license-files", [])]
+    assert "LICENSE" in needed
+    allowed = set((REPO / ".dockerignore").read_text().splitlines())
+    text = re.sub(r"\\\n", " ", (REPO / "Dockerfile").read_text())
+    build_stage = text.split("\nFROM ", 2)[1]
+    copied = {
+        word
+        for line in build_stage.splitlines()
+        if line.startswith("COPY ") and "--from" not in line
+        for word in line.split()[1:-1]
+    }
+    for name in needed:
+        assert f"!{name}" in allowed, f"{name} is not in the Docker build context"
+        assert name in copied, f"{name} is not copied into the build stage"

@@ -301,6 +301,16 @@ class Plugin:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
+def plugin_exe() -> str:
+    """The host's `kae-deviceplugin` (PATH first, else the repository's venv)."""
+    return shutil.which("kae-deviceplugin") or str(REPO / ".venv" / "bin" / "kae-deviceplugin")
+
+
+def e2e_required() -> bool:
+    """In CI (CI=true) or with KAE_REQUIRE_E2E=1 an e2e test that cannot run is an error."""
+    return os.environ.get("CI") == "true" or os.environ.get("KAE_REQUIRE_E2E") == "1"
+
+
 def make_plugin(
     cluster: Cluster,
     tree: FixtureTree,
@@ -310,7 +320,7 @@ def make_plugin(
     extra: list[str] | None = None,
 ) -> Plugin:
     """A daemon serving `tree` to the cluster's kubelet (not started)."""
-    exe = shutil.which("kae-deviceplugin") or str(REPO / ".venv" / "bin" / "kae-deviceplugin")
+    exe = plugin_exe()
     port = free_port()
     state = workdir / "state"
     state.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from tests.e2e.cluster import (
     Cluster,
     FixtureTree,
     Plugin,
+    e2e_required,
     make_plugin,
     parse_exports,
     tail,
@@ -35,10 +36,6 @@ HERE = Path(__file__).resolve().parent
 
 def _enabled() -> bool:
     return os.environ.get("KAE_E2E") == "1"
-
-
-def _required() -> bool:
-    return os.environ.get("CI") == "true" or os.environ.get("KAE_REQUIRE_E2E") == "1"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -68,7 +65,7 @@ def cluster() -> Iterator[Cluster]:
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.splitlines() if line.startswith("kae-e2e up:")]
         reason = lines[-1] if lines else (proc.stderr.strip().splitlines() or ["up failed"])[-1]
-        if _required():
+        if e2e_required():
             pytest.fail(f"the e2e cluster could not start: {reason}", pytrace=False)
         pytest.skip(f"the e2e cluster could not start: {reason}")
     reused = "reusing the running cluster" in proc.stderr
@@ -131,6 +128,10 @@ def pytest_runtest_makereport(
     if isinstance(tmp, Path):
         for log in sorted(tmp.glob("plugin-*/plugin.log")):
             sections.append((f"plugin log {log.parent.name}", tail(log)))
+    deployment = item.funcargs.get("deployment") if hasattr(item, "funcargs") else None
+    release = getattr(deployment, "release", None)
+    if release is not None:
+        sections.append(("chart's plugin pod log", release.logs()))
     state = os.environ.get("KAE_E2E_STATE", "/var/tmp/kae-e2e")
     sections.append(("kubelet log", tail(Path(state) / "logs" / "kubelet.log", 20)))
     for title, text in sections:

@@ -57,6 +57,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Where the host's /dev is mounted (read-only) in the plugin container. */}}
 {{- define "kae.hostDevMount" -}}/host/dev{{- end }}
 
+{{/* The sysfs and dev roots the daemon reads: the node's, or a test cluster's fixture tree. */}}
+{{- define "kae.sysfsRoot" -}}
+{{- if .Values.devicePlugin.fixtureRoot }}{{ printf "%s/sys" .Values.devicePlugin.fixtureRoot }}{{ else }}/sys{{ end }}
+{{- end }}
+
+{{- define "kae.devRoot" -}}
+{{- if .Values.devicePlugin.fixtureRoot }}{{ printf "%s/dev" .Values.devicePlugin.fixtureRoot }}{{ else }}{{ include "kae.hostDevMount" . }}{{ end }}
+{{- end }}
+
 {{- define "kae.configDir" -}}/etc/kae-deviceplugin{{- end }}
 
 {{- define "kae.kubeletRoot" -}}
@@ -85,16 +94,14 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
       "sec" (dict "enabled" .Values.operator.enabledSEC "shares" $c.engines.sec.shares "functions" $c.engines.sec.functions)
       "zip" (dict "enabled" .Values.operator.enabledZIP "shares" $c.engines.zip.shares "functions" $c.engines.zip.functions) -}}
 {{- $paths := dict
-      "sysfsRoot" "/sys"
-      "devRoot" (include "kae.hostDevMount" .)
+      "sysfsRoot" (include "kae.sysfsRoot" .)
+      "devRoot" (include "kae.devRoot" .)
       "hostDevRoot" "/dev"
       "kubeletRoot" (include "kae.kubeletRoot" .)
       "stateDir" $c.stateDir
       "nfdFeaturesFile" (include "kae.nfdFeaturesFile" .) -}}
-{{- with .Values.devicePlugin.fixtureRoot }}
+{{- if .Values.devicePlugin.fixtureRoot }}
 {{- /* Test clusters: a fixture tree mounted at its own host path, so answers name real paths. */}}
-{{- $_ := set $paths "sysfsRoot" (printf "%s/sys" .) }}
-{{- $_ := set $paths "devRoot" (printf "%s/dev" .) }}
 {{- $_ := unset $paths "hostDevRoot" }}
 {{- end }}
 {{- $file := dict
