@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyudev  # loads libudev only when a Context is made, so importing is safe without it
 
 from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.discovery.fd_budget import on_sysfs
 
 if TYPE_CHECKING:
     from kae_deviceplugin.daemon.supervisor import Daemon
@@ -125,8 +127,21 @@ class _Drainer:
             self.broken.set()
 
 
-async def udev_task(daemon: Daemon, open_monitor: MonitorFactory = open_uacce_monitor) -> None:
-    """Root task: set ``daemon.rescan_now`` on every uacce uevent. Never raises for missing udev."""
+def kernel_sysfs(sysfs_root: Path) -> bool:
+    """Whether the kernel's uevents, all a udev monitor hears, are about the tree at
+    ``sysfs_root``: the kernel's own sysfs, at /sys or mounted elsewhere. A fixture tree (a test
+    cluster's, through the chart's ``devicePlugin.fixtureRoot`` or a host process) is not: its
+    devices come and go with no uevent, so the scan loop's ticks must keep looking at them."""
+    return os.path.realpath(sysfs_root) == "/sys" or on_sysfs(str(sysfs_root))
+
+
+async def udev_task(
+    daemon: Daemon,
+    open_monitor: MonitorFactory = open_uacce_monitor,
+    describes: Callable[[Path], bool] = kernel_sysfs,
+) -> None:
+    """Root task: set ``daemon.rescan_now`` on every uacce uevent. Never raises for missing udev.
+    ``describes``: whether the monitor's events are about the daemon's sysfs tree."""
     loop = asyncio.get_running_loop()
     try:
         monitor = open_monitor()
@@ -140,7 +155,14 @@ async def udev_task(daemon: Daemon, open_monitor: MonitorFactory = open_uacce_mo
     log.info("watching udev for %s hotplug (netlink fd %d)", SUBSYSTEM, fd)
     # Devices coming and going, /dev nodes and driver (un)binding now arrive as uevents: the
     # scan loop's ticks stop looking at them (they keep reading what changes without one).
-    daemon.scanner.uevents_cover_links(True)
+    covered = describes(daemon.settings.sysfs_root)
+    if not covered:
+        log.info(
+            "%s is not the kernel's sysfs, which uevents describe: every tick looks at its "
+            "devices, /dev nodes and driver links",
+            daemon.settings.sysfs_root,
+        )
+    daemon.scanner.uevents_cover_links(covered)
     try:
         await drainer.broken.wait()
     finally:

@@ -19,7 +19,13 @@ import pytest
 
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.daemon import hotplug
-from kae_deviceplugin.daemon.hotplug import UeventDevice, UeventMonitor, netlink_source, udev_task
+from kae_deviceplugin.daemon.hotplug import (
+    UeventDevice,
+    UeventMonitor,
+    kernel_sysfs,
+    netlink_source,
+    udev_task,
+)
 from kae_deviceplugin.daemon.supervisor import Daemon
 
 DEADLINE = 5.0
@@ -101,6 +107,12 @@ async def stop(task: asyncio.Task[None]) -> None:
         await task
 
 
+def AS_KERNELS(root: Path) -> bool:
+    """The fake monitor's events describe the test's tree, as the kernel's describe /sys."""
+    del root
+    return True
+
+
 def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(coro_fn(), 4 * DEADLINE))
 
@@ -116,7 +128,7 @@ def test_event_requests_rescan_counts_and_logs(
 
     async def main() -> None:
         assert not daemon.scanner.links_by_uevents
-        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        task = asyncio.create_task(udev_task(daemon, lambda: monitor, AS_KERNELS))
         await until(lambda: daemon.scanner.links_by_uevents, "ticks leaving links to uevents")
         for action in ("add", "change", "remove"):
             before = udev_count(daemon, action)
@@ -141,7 +153,7 @@ def test_burst_is_drained_in_one_wakeup(tmp_path: Path) -> None:
     before = udev_count(daemon, "add")
 
     async def main() -> None:
-        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        task = asyncio.create_task(udev_task(daemon, lambda: monitor, AS_KERNELS))
         await rescan_requested(daemon)
         # The callback that set the flag ran to the end of the queue before returning.
         assert not monitor.queue
@@ -158,7 +170,7 @@ def test_irrelevant_actions_do_not_rescan(tmp_path: Path) -> None:
     daemon = make_daemon(tmp_path)
 
     async def main() -> None:
-        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        task = asyncio.create_task(udev_task(daemon, lambda: monitor, AS_KERNELS))
         monitor.push(FakeDevice("online", "hisi_zip-4"), FakeDevice(None, "hisi_zip-4"))
         await until(lambda: not monitor.queue, "the ignored events to be read")
         assert not daemon.rescan_now.is_set()
@@ -215,7 +227,7 @@ def test_cancellation_removes_the_reader(tmp_path: Path) -> None:
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        task = asyncio.create_task(udev_task(daemon, lambda: monitor, AS_KERNELS))
         monitor.push(FakeDevice("add", "hisi_hpre-2"))
         await rescan_requested(daemon)  # the reader is installed
         await stop(task)
@@ -231,7 +243,7 @@ def test_a_read_error_still_rescans_and_keeps_watching(tmp_path: Path) -> None:
     daemon = make_daemon(tmp_path)
 
     async def main() -> None:
-        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        task = asyncio.create_task(udev_task(daemon, lambda: monitor, AS_KERNELS))
         monitor.push(OSError(errno.ENOBUFS, "No buffer space available"))
         await rescan_requested(daemon)
         daemon.rescan_now.clear()
@@ -255,7 +267,7 @@ def test_a_monitor_that_keeps_failing_is_given_up(
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        task = asyncio.create_task(udev_task(daemon, lambda: monitor, AS_KERNELS))
         await until(lambda: "keeps failing" in caplog.text, "the give-up warning")
         polls = monitor.polls
         for _ in range(3):
@@ -279,3 +291,22 @@ def test_netlink_source_follows_udevd(tmp_path: Path) -> None:
     assert netlink_source(control) == "kernel"
     control.touch()
     assert netlink_source(control) == "udev"
+
+
+def test_uevents_describe_only_the_kernels_sysfs(tmp_path: Path) -> None:
+    """The kernel's sysfs counts (at /sys); a fixture tree does not, so with a working monitor
+    the daemon serving one keeps its ticks looking at devices, /dev nodes and links."""
+    assert kernel_sysfs(Path("/sys"))
+    assert not kernel_sysfs(tmp_path / "sys")
+    monitor = FakeMonitor()
+    daemon = make_daemon(tmp_path)
+
+    async def main() -> None:
+        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        monitor.push(FakeDevice("add", "hisi_zip-4"))
+        await rescan_requested(daemon)  # the monitor is read: the task has set up
+        assert not daemon.scanner.links_by_uevents
+        await stop(task)
+
+    run(main)
+    monitor.close()
