@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
+import queue
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,14 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench_cluster import allocatable
 from bench_core import Figure, machine, median, render
+from kube_watch import KubeApi, Watch
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the e2e tests' cluster and chart helpers, shared
 
 from tests.deploy.test_deploy import _helm  # noqa: E402
-from tests.e2e.cluster import PREFIX, Cluster, FixtureTree, wait_until  # noqa: E402
+from tests.e2e.cluster import Cluster, FixtureTree, wait_until  # noqa: E402
 from tests.e2e.helm import Ctr, Release, build_plugin_image, chart_values, split_image  # noqa: E402
 
 TREE = "kunpeng920-2p"
@@ -112,42 +113,31 @@ def install_to_capacity(setup: Setup, runs: int = RUNS) -> Figure:
 
 @dataclass
 class NodeWatch:
-    """`kubectl get node --watch`: the receive time and KAE allocatable of every update."""
+    """The receive time and KAE allocatable of every update of the node, from an API watch."""
 
     cluster: Cluster
     updates: list[tuple[float, dict[str, int]]] = field(default_factory=list)
-    process: subprocess.Popen[str] | None = None
-    reader: threading.Thread | None = None
+    _watch: Watch | None = None
 
     def start(self) -> None:
-        cmd = [
-            str(self.cluster.bin / "kubectl"), "--kubeconfig", self.cluster.kubeconfig,
-            "get", "node", self.cluster.node, "--watch", "-o", "json",
-        ]  # fmt: skip
-        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        api = KubeApi.from_kubeconfig(self.cluster.kubeconfig)
+        path = f"/api/v1/nodes?fieldSelector=metadata.name%3D{self.cluster.node}"
+        self._watch = Watch(api, path).start()
 
-    def _read(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        decoder, buffer = json.JSONDecoder(), ""
-        for line in self.process.stdout:
-            buffer += line
+    def seen(self) -> list[tuple[float, dict[str, int]]]:
+        """Every update so far, oldest first."""
+        assert self._watch is not None
+        while True:
             try:
-                node, end = decoder.raw_decode(buffer.lstrip())
-            except json.JSONDecodeError:
-                continue
-            buffer = buffer.lstrip()[end:]
-            section = node.get("status", {}).get("allocatable", {})
-            counts = {e: int(section.get(PREFIX + e, "0")) for e in ("hpre", "sec", "zip")}
-            self.updates.append((time.monotonic(), counts))
+                at, _, node = self._watch.events.get_nowait()
+            except queue.Empty:
+                return self.updates
+            self.updates.append((at, allocatable(node)))
 
     def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(10)
-        if self.reader is not None:
-            self.reader.join(10)
+        if self._watch is not None:
+            self._watch.close()
+            self.seen()
 
 
 def _gap(updates: list[tuple[float, dict[str, int]]], wanted: dict[str, int]) -> float:
@@ -184,7 +174,7 @@ def upgrade_gap(setup: Setup, runs: int = RUNS) -> Figure:
                 ready = time.monotonic()
                 wait_until(
                     "the watch sees every device allocatable again",
-                    lambda w=watch, r=ready: any(t > r and c == wanted for t, c in w.updates),
+                    lambda w=watch, r=ready: any(t > r and c == wanted for t, c in w.seen()),
                     DEADLINE,
                 )
             finally:

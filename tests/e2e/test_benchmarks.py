@@ -16,6 +16,8 @@ EXPECTED = {
     "cluster_pod_start",
     "cluster_kubelet_restart_plugin_watcher",
     "cluster_kubelet_restart_kubelet_socket",
+    "helm_install_to_capacity",
+    "helm_upgrade_allocatable_gap",
 }
 
 
@@ -37,8 +39,6 @@ def test_cluster_benchmark_smoke_gives_every_figure(cluster: Cluster, tmp_path: 
             sys.executable,
             "benchmarks/cluster.py",
             "--smoke",
-            "--only",
-            "pods,restart",
             "--json",
             str(out),
         ],
