@@ -299,14 +299,18 @@ def test_uevents_describe_only_the_kernels_sysfs(tmp_path: Path) -> None:
     assert kernel_sysfs(Path("/sys"))
     assert not kernel_sysfs(tmp_path / "sys")
     monitor = FakeMonitor()
-    daemon = make_daemon(tmp_path)
+    daemon = Daemon(
+        Settings(kubelet_root=tmp_path / "kubelet", sysfs_root=tmp_path / "sys", scan_interval=60)
+    )
 
     async def main() -> None:
         task = asyncio.create_task(udev_task(daemon, lambda: monitor))
-        monitor.push(FakeDevice("add", "hisi_zip-4"))
-        await rescan_requested(daemon)  # the monitor is read: the task has set up
-        assert not daemon.scanner.links_by_uevents
-        await stop(task)
+        try:
+            monitor.push(FakeDevice("add", "hisi_zip-4"))
+            await rescan_requested(daemon)  # the monitor is read: the task has set up
+            assert not daemon.scanner.links_by_uevents
+        finally:
+            await stop(task)
 
     run(main)
     monitor.close()
