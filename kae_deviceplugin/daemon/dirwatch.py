@@ -9,25 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import logging
 import os
 import struct
 from collections.abc import Callable
 from pathlib import Path
 
+from kae_deviceplugin.discovery.entry_watch import (
+    IN_CREATE,
+    IN_DELETE,
+    IN_DELETE_SELF,
+    IN_MOVE_SELF,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
+)
+from kae_deviceplugin.discovery.entry_watch import libc as inotify_libc
+
 log = logging.getLogger(__name__)
 
-IN_NONBLOCK = os.O_NONBLOCK
-IN_CLOEXEC = os.O_CLOEXEC
 IN_ATTRIB = 0x00000004
-IN_MOVED_FROM = 0x00000040
-IN_MOVED_TO = 0x00000080
-IN_CREATE = 0x00000100
-IN_DELETE = 0x00000200
-IN_DELETE_SELF = 0x00000400
-IN_MOVE_SELF = 0x00000800
 WATCH_MASK = (
     IN_ATTRIB | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
 )
@@ -53,16 +53,6 @@ def created_names(data: bytes) -> set[str]:
     return names
 
 
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name or "libc.so.6", use_errno=True)
-        libc.inotify_init1  # noqa: B018 -- probe: musl and glibc both have it, others may not
-    except (OSError, AttributeError):
-        return None
-    return libc
-
-
 class DirWatch:
     """An inotify watch on one directory, delivering "something changed" to a callback."""
 
@@ -71,10 +61,10 @@ class DirWatch:
         self.on_change = on_change
         self.fd = -1
         self._loop: asyncio.AbstractEventLoop | None = None
-        libc = _libc()
+        libc = inotify_libc()
         if libc is None:
             return
-        fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if fd < 0:
             return
         if libc.inotify_add_watch(fd, os.fsencode(directory), WATCH_MASK) < 0:

@@ -245,7 +245,8 @@ def test_created_names_parses_inotify_events() -> None:
     """A re-created kubelet.sock is recognised from the event itself, whatever its inode."""
     import struct
 
-    from kae_deviceplugin.daemon.dirwatch import IN_CREATE, IN_DELETE, IN_MOVED_TO, created_names
+    from kae_deviceplugin.daemon.dirwatch import created_names
+    from kae_deviceplugin.discovery.entry_watch import IN_CREATE, IN_DELETE, IN_MOVED_TO
 
     def event(mask: int, name: bytes) -> bytes:
         padded = name + b"\0" * (16 - len(name) % 16)
