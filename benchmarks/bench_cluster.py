@@ -22,6 +22,7 @@ from bench_core import Figure, median, p99
 from kube_watch import KubeApi, Watch
 
 from tests.e2e.cluster import CLUSTER_SCRIPTS, PREFIX, Cluster, FixtureTree, Plugin, make_plugin
+from tests.e2e.pods import manifest
 
 NAMESPACE = "default"
 BENCH_LABEL = "kae-bench"
@@ -30,26 +31,9 @@ TREE = "kunpeng920-2p"
 
 def pod_manifest(cluster: Cluster, name: str, limits: dict[str, int]) -> dict[str, Any]:
     """The smallest pod that runs: a shell that sleeps, host network (no CNI in the figure)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {BENCH_LABEL: "pod-start"}},
-        "spec": {
-            "hostNetwork": True,
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": cluster.image,
-                    "imagePullPolicy": "Never",
-                    "command": ["/bin/sh", "-c", "exec sleep 3600"],
-                    "resources": {"limits": {PREFIX + e: str(n) for e, n in limits.items()}},
-                }
-            ],
-        },
-    }
+    return manifest(
+        cluster, name, limits, script="exec sleep 3600", labels={BENCH_LABEL: "pod-start"}
+    )
 
 
 def running(pod: dict[str, Any]) -> bool:

@@ -40,12 +40,23 @@ class PodFailed(AssertionError):
     """The runtime refused to create or start the pod's container."""
 
 
-def manifest(cluster: Cluster, name: str, limits: dict[str, int]) -> dict[str, Any]:
-    """A host-network pod running REPORT with these KAE limits (engine -> count)."""
+def manifest(
+    cluster: Cluster,
+    name: str,
+    limits: dict[str, int],
+    *,
+    script: str = REPORT,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A host-network pod in `default` running `script` (REPORT unless told) with these KAE
+    limits (engine -> count)."""
+    metadata: dict[str, Any] = {"name": name, "namespace": "default"}
+    if labels:
+        metadata["labels"] = labels
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": metadata,
         "spec": {
             "hostNetwork": True,
             "restartPolicy": "Never",
@@ -56,7 +67,7 @@ def manifest(cluster: Cluster, name: str, limits: dict[str, int]) -> dict[str, A
                     "name": "main",
                     "image": cluster.image,
                     "imagePullPolicy": "Never",
-                    "command": ["/bin/sh", "-c", REPORT],
+                    "command": ["/bin/sh", "-c", script],
                     "resources": {"limits": {PREFIX + e: str(n) for e, n in limits.items()}},
                 }
             ],
