@@ -8,7 +8,9 @@ import os
 import platform
 import statistics
 import sys
-from collections.abc import Sequence
+import time
+import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,3 +155,30 @@ def render(figures: Sequence[Figure], info: dict[str, Any], fmt: str = "text") -
 
 def as_json(figures: Sequence[Figure], info: dict[str, Any]) -> dict[str, Any]:
     return {"machine": info, "figures": [asdict(f) for f in figures]}
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def section(name: str, measure: Callable[[], list[Figure]], figures: list[Figure]) -> bool:
+    """Run one section; a failure becomes a row, not a crash. True when it worked."""
+    progress(f"measuring {name} ...")
+    started = time.monotonic()
+    try:
+        figures += measure()
+        return True
+    except Exception as err:
+        traceback.print_exc(file=sys.stderr)
+        figures.append(
+            Figure(
+                key=f"{name}_error",
+                label=f"{name}: FAILED",
+                unit="",
+                median=None,
+                note=f"error: {err}",
+            )
+        )
+        return False
+    finally:
+        progress(f"  {name} took {time.monotonic() - started:.1f} s")

@@ -16,9 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench_cluster import kubelet_restart, pod_start, served_plugin  # noqa: E402
-from bench_core import Figure, as_json, machine, render  # noqa: E402
+from bench_core import Figure, as_json, machine, progress, render, section  # noqa: E402
 from kube_watch import KubeApi  # noqa: E402
 
 from tests.e2e.cluster import CLUSTER_SCRIPTS, EXPORTS, Cluster, parse_exports  # noqa: E402
@@ -51,33 +49,6 @@ def running_cluster() -> Iterator[Cluster]:
         yield Cluster.from_env(parse_exports(proc.stdout))
     finally:
         subprocess.run([str(CLUSTER_SCRIPTS / "down")], check=False)
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def section(name: str, measure: Callable[[], list[Figure]], figures: list[Figure]) -> bool:
-    """Run one section; a failure becomes a row, not a crash. True when it worked."""
-    progress(f"measuring {name} ...")
-    started = time.monotonic()
-    try:
-        figures += measure()
-        return True
-    except Exception as err:
-        traceback.print_exc(file=sys.stderr)
-        figures.append(
-            Figure(
-                key=f"{name}_error",
-                label=f"{name}: FAILED",
-                unit="",
-                median=None,
-                note=f"error: {err}",
-            )
-        )
-        return False
-    finally:
-        progress(f"  {name} took {time.monotonic() - started:.1f} s")
 
 
 def helm_figures(cluster: Cluster, repeats: int) -> list[Figure]:

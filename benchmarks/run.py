@@ -10,14 +10,12 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
-import traceback
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_core import Figure, as_json, machine, render
+from bench_core import Figure, as_json, machine, render, section
 from bench_events import cold_start, health_change, kubelet_restart
 from bench_node import TWO_SOCKET, ServedNode, Tree, served
 from bench_resident import resident
@@ -120,25 +118,8 @@ class Runner:
         return self._node
 
     def section(self, name: str, measure: Callable[[], list[Figure]]) -> None:
-        if name not in self.sections:
-            return
-        progress(f"measuring {name} ...")
-        started = time.monotonic()
-        try:
-            self.figures += measure()
-        except Exception as err:
-            traceback.print_exc(file=sys.stderr)
+        if name in self.sections and not section(name, measure, self.figures):
             self.failed = True
-            self.figures.append(
-                Figure(
-                    key=f"{name}_error",
-                    label=f"{name}: FAILED",
-                    unit="",
-                    median=None,
-                    note=f"error: {err}",
-                )
-            )
-        progress(f"  {name} took {time.monotonic() - started:.1f} s")
 
     def run(self) -> list[Figure]:
         p = self.plan
@@ -163,10 +144,6 @@ class Runner:
             ),
         )
         return self.figures
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
