@@ -148,6 +148,14 @@ def read_report(cluster: Cluster, name: str, timeout: float = 60.0) -> Report:
     return Report(dev=dev, env=env, readable=readable, dangling=dangling)
 
 
+def run_reporting(cluster: Cluster, name: str, limits: dict[str, int]) -> Report:
+    """Create the REPORT pod `name` with these limits, wait until it runs and return what its
+    container saw (the caller deletes it)."""
+    cluster.apply(manifest(cluster, name, limits))
+    wait_running(cluster, name)
+    return read_report(cluster, name)
+
+
 def allocated_names(report: Report) -> set[str]:
     """The uacce names the KAE_<ENGINE>_DEVICES variables give the container."""
     names: set[str] = set()

@@ -14,9 +14,7 @@ from tests.e2e.cluster import Cluster, FixtureTree, Plugin, wait_until
 from tests.e2e.pods import (
     allocated_names,
     assert_sees_only_its_devices,
-    manifest,
-    read_report,
-    wait_running,
+    run_reporting,
 )
 
 TREE = "kunpeng920-2p"
@@ -58,9 +56,7 @@ def test_cdi_mode_gives_the_pod_its_devices_through_cdi_devices(
     spec_file = cdi_dir / "openfuyao.com-kae.json"
     wait_until("CDI spec written", spec_file.exists)
     try:
-        cluster.apply(manifest(cluster, "kae-cdi", {"hpre": 1, "sec": 1}))
-        wait_running(cluster, "kae-cdi")
-        report = read_report(cluster, "kae-cdi")
+        report = run_reporting(cluster, "kae-cdi", {"hpre": 1, "sec": 1})
         names = allocated_names(report)
         assert report.dev == names and len(names) == 2, report
         info = _container_info(cluster, "kae-cdi")
@@ -89,9 +85,7 @@ def test_cdi_mode_on_a_fixture_tree_with_the_sysfs_view(
     plugin_factory(tree, "kubelet-socket", ["--cdi", "on", "--cdi-dir", str(cdi_dir)])
     cluster.wait_resources(capacity=tree.counts(), allocatable=tree.counts())
     try:
-        cluster.apply(manifest(cluster, "kae-cdi-view", {"hpre": 1, "sec": 1}))
-        wait_running(cluster, "kae-cdi-view")
-        report = read_report(cluster, "kae-cdi-view")
+        report = run_reporting(cluster, "kae-cdi-view", {"hpre": 1, "sec": 1})
         assert_sees_only_its_devices(report, tree)
     finally:
         cluster.delete_pod("kae-cdi-view")

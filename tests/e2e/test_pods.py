@@ -16,6 +16,7 @@ from tests.e2e.pods import (
     manifest,
     pod_resources,
     read_report,
+    run_reporting,
     wait_running,
 )
 
@@ -67,9 +68,7 @@ def test_pod_gets_its_devices_and_env_and_frees_them(
     plugin = plugin_factory(tree, mode)
     cluster.wait_resources(capacity=tree.counts(), allocatable=tree.counts())
     try:
-        cluster.apply(manifest(cluster, "kae-a", {"hpre": 1, "sec": 1}))
-        wait_running(cluster, "kae-a")
-        report = read_report(cluster, "kae-a")
+        report = run_reporting(cluster, "kae-a", {"hpre": 1, "sec": 1})
         names = allocated_names(report)
         assert len([n for n in names if n.startswith("hisi_hpre")]) == 1, report
         assert len([n for n in names if n.startswith("hisi_sec2")]) == 1, report
@@ -145,9 +144,7 @@ def test_pod_on_a_fixture_tree_sees_only_its_devices_through_the_sysfs_view(
     plugin_factory(tree, "kubelet-socket")
     cluster.wait_resources(capacity=tree.counts(), allocatable=tree.counts())
     try:
-        cluster.apply(manifest(cluster, "kae-view", {"hpre": 1, "sec": 1}))
-        wait_running(cluster, "kae-view")
-        report = read_report(cluster, "kae-view")
+        report = run_reporting(cluster, "kae-view", {"hpre": 1, "sec": 1})
         assert_sees_only_its_devices(report, tree)
     finally:
         cluster.delete_pod("kae-view")
