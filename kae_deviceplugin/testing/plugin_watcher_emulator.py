@@ -58,6 +58,13 @@ class PluginWatcherEmulator:
             self._thread.join(timeout=5.0)
             self._thread = None
 
+    def __enter__(self) -> PluginWatcherEmulator:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def _run(self) -> None:
         while not self._stop.wait(SCAN_EVERY):
             for name, identity in _sockets(self.registry).items():

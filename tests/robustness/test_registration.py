@@ -117,9 +117,7 @@ def test_plugin_watcher_mode_recovers_a_stream_the_kubelet_dropped() -> None:
     """The watcher registers only on socket creation: the daemon re-creates the socket."""
     with running_node(registration="plugin-watcher") as node:
         registry = node.daemon.settings.kubelet_root / "plugins_registry"
-        watcher = PluginWatcherEmulator(node.kubelet, registry)
-        watcher.start()
-        try:
+        with PluginWatcherEmulator(node.kubelet, registry) as watcher:
             assert node.wait_registered()
             assert node.kubelet.registrations and not node.kubelet.rejections
             node.kubelet.drop_stream(HPRE)
@@ -130,8 +128,6 @@ def test_plugin_watcher_mode_recovers_a_stream_the_kubelet_dropped() -> None:
             while not node.daemon.ready() and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert node.daemon.ready()
-        finally:
-            watcher.stop()
 
 
 def test_a_stream_opened_before_registration_neither_fakes_readiness_nor_blocks_recovery() -> None:
@@ -182,25 +178,17 @@ def test_plugin_watcher_mode_leaves_a_restarted_kubelet_to_register_its_sockets(
     drop a second time. One registration per resource after the restart, sockets unchanged."""
     with running_node(registration="plugin-watcher") as node:
         registry = node.daemon.settings.kubelet_root / "plugins_registry"
-        first = PluginWatcherEmulator(node.kubelet, registry)
-        first.start()
-        try:
+        with PluginWatcherEmulator(node.kubelet, registry):
             assert node.wait_registered()
             resources = sorted(node.daemon.servers)
             assert node.kubelet.wait_for(
                 lambda k: all(streaming(k, r) for r in resources), DEADLINE
             )
-        finally:
-            first.stop()
         sockets = {p.name: p.stat().st_ino for p in registry.iterdir()}
         node.kubelet.restart()
-        second = PluginWatcherEmulator(node.kubelet, registry, dial_delay=1.0)
-        second.start()
-        try:
+        with PluginWatcherEmulator(node.kubelet, registry, dial_delay=1.0) as second:
             assert node.kubelet.wait_for(
                 lambda k: all(streaming(k, r) for r in resources), DEADLINE
             )
             assert {r: second.registered.count(r) for r in resources} == dict.fromkeys(resources, 1)
             assert {p.name: p.stat().st_ino for p in registry.iterdir()} == sockets
-        finally:
-            second.stop()
