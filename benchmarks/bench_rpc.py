@@ -13,7 +13,7 @@ from bench_core import Figure, median, p99
 from bench_node import ServedNode
 
 from kae_deviceplugin.api import pb, pb_grpc
-from kae_deviceplugin.kubelet.server import socket_name
+from kae_deviceplugin.deviceplugin.servicer import socket_name
 
 TARGET = 1.3
 WARMUP = 50

@@ -27,9 +27,9 @@ from bench_scan import timed
 
 from kae_deviceplugin.api import list_and_watch_response, pb, pb_grpc
 from kae_deviceplugin.core.ids import device_ids
+from kae_deviceplugin.deviceplugin.servicer import socket_name
 from kae_deviceplugin.discovery.incremental import IncrementalScanner
 from kae_deviceplugin.discovery.scan import scan
-from kae_deviceplugin.kubelet.server import socket_name
 
 SETTLE = 1.0
 

@@ -44,6 +44,16 @@ class Counters:
         Info("kae_build", "Version of the running kae-deviceplugin.", registry=r).info(
             {"version": __version__}
         )
+        self._add_kubelet_metrics(r)
+        self._add_discovery_metrics(r)
+        # Resolving a labelled child takes a lock and a dict lookup; the hot methods skip it.
+        self._duration_by_method: dict[str, Callable[[float], None]] = {
+            method: self.grpc_duration.labels(method).observe
+            for method in ("Allocate", "GetPreferredAllocation")
+        }
+
+    def _add_kubelet_metrics(self, r: CollectorRegistry) -> None:
+        """What the kubelet asked and how registration went."""
         self.allocations = Counter(
             "kae_allocations",
             "Allocate calls answered successfully, per resource.",
@@ -72,6 +82,9 @@ class Counters:
         self.kubelet_restarts = Counter(
             "kae_kubelet_restarts", "Kubelet restarts the daemon detected.", registry=r
         )
+
+    def _add_discovery_metrics(self, r: CollectorRegistry) -> None:
+        """How discovery goes: scan time, uevents, warnings."""
         self.scan_duration = Histogram(
             "kae_scan_duration_seconds",
             "Time one sysfs discovery pass took.",
@@ -92,11 +105,6 @@ class Counters:
             "Discovery warnings that appeared; each is logged once then, and once when it clears.",
             registry=r,
         )
-        # Resolving a labelled child takes a lock and a dict lookup; the hot methods skip it.
-        self._duration_by_method: dict[str, Callable[[float], None]] = {
-            method: self.grpc_duration.labels(method).observe
-            for method in ("Allocate", "GetPreferredAllocation")
-        }
 
     @contextmanager
     def timed(self, method: str) -> Iterator[None]:

@@ -10,7 +10,8 @@
     ├── UnsafeSocketPath        a socket path we must not create, follow or delete
     ├── SocketInUse             another live process serves the socket we were about to create
     ├── SocketVanished          our freshly bound socket was deleted at once (a kubelet's sweep)
-    └── RegistrationFailed      the kubelet answered Register with an error
+    ├── RegistrationFailed      the kubelet answered Register with an error
+    └── ApiError                the API server refused a call or cannot be reached (its status)
 
 ``ConfigError`` is not an exception: it is one problem inside an ``InvalidConfig``.
 """
@@ -84,6 +85,10 @@ class InvalidConfig(KaeDevicePluginError):
         return [f"{prefix}{error}" for error in self.errors]
 
 
+EXIT_USAGE = 2  # a bad invocation: an option value, a path that does not exist
+EXIT_ENVIRONMENT = 3  # the node: a directory or socket the daemon cannot use
+
+
 class StartupError(KaeDevicePluginError):
     """serve cannot start; the message names the path, the cause and the fix, on one line.
 
@@ -126,3 +131,12 @@ class SocketVanished(KaeDevicePluginError):
 
 class RegistrationFailed(KaeDevicePluginError):
     """The kubelet answered Register with an error."""
+
+
+class ApiError(KaeDevicePluginError):
+    """An API-server call failed: ``status`` is the HTTP status (0 when none was reached)."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason  # the Status object's reason: NotFound, Conflict, AlreadyExists...

@@ -12,8 +12,7 @@ from pathlib import Path
 
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.engines import ENGINES
-from kae_deviceplugin.daemon.run import build_daemon
-from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.daemon.run import DevicePluginDaemon, build_daemon
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.sysfs_trees import TREES
 
@@ -90,10 +89,9 @@ def run_demo(tree: str, say: Callable[[str], None], serve_on: str | None = None)
         if serve_on is not None:
             settings = dataclasses.replace(settings, metrics_address=serve_on)
         with KubeletEmulator(settings.effective_device_plugin_dir) as kubelet:
-            daemon = build_daemon(settings)
             outcome: list[bool] = []
 
-            async def drive(daemon: Daemon) -> None:
+            async def drive(daemon: DevicePluginDaemon) -> None:
                 expected = len(daemon.inventory.resources)
                 registered = await asyncio.to_thread(
                     kubelet.wait_for,
@@ -110,10 +108,9 @@ def run_demo(tree: str, say: Callable[[str], None], serve_on: str | None = None)
                     f"Serving on until Ctrl-C: http://{endpoint(serve_on)}/metrics, /readyz, "
                     f"/allocations; the kubelet emulator's sockets are in {workdir}/kubelet."
                 )
-                await asyncio.Future()  # a root task that returns would stop the daemon
+                await asyncio.Future()  # serve until Ctrl-C
 
-            daemon.extra_tasks.append(drive)
-            code = asyncio.run(daemon.run())
+            code = asyncio.run(build_daemon(settings, extra_tasks=[drive]).run())
         say(
             "<demo dir> is a temporary directory holding the node's sysfs and the plugin's state; "
             "it is removed now. On a node these are /sys and --state-dir."

@@ -4,7 +4,7 @@ Events only trigger a rescan; the rescan itself reads sysfs and decides what cha
 duplicated event costs nothing but latency (the periodic full pass stays the safety net). While
 the monitor works the scan loop's ticks leave to it what only changes with a uevent (devices
 added and removed, /dev nodes, driver links); once it fails they look at those again. Where no
-udev monitor can be opened (no libudev, no netlink permission) the task says so once and idles.
+udev monitor can be opened (no libudev, no netlink permission) the task says so once and ends.
 
 Which netlink group: udevd re-broadcasts events on the "udev" group after its rules ran, but
 without a running udevd libudev silently disables such a monitor, so then the raw "kernel" group is
@@ -20,15 +20,13 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pyudev  # loads libudev only when a Context is made, so importing is safe without it
 
+from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.discovery.fd_budget import on_sysfs
-
-if TYPE_CHECKING:
-    from kae_deviceplugin.daemon.supervisor import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +37,25 @@ RESCAN_ACTIONS = frozenset({"add", "remove", "change", "bind", "unbind", "move"}
 UDEV_CONTROL = Path("/run/udev/control")  # exists while udevd runs (libudev checks the same)
 MAX_EVENTS_PER_WAKEUP = 256  # a flood is drained in slices so it cannot starve the event loop
 MAX_CONSECUTIVE_ERRORS = 8  # a monitor failing this often in a row is given up on
+
+
+class Coverable(Protocol):
+    """What uevents may take off the scanner's hands (``IncrementalScanner``)."""
+
+    def uevents_cover_links(self, covered: bool) -> None: ...
+
+
+class ScanTarget(Protocol):
+    """What the task reads and wakes (a ``scanloop.ScanLoop``)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def counters(self) -> Counters: ...
+    @property
+    def rescan_now(self) -> asyncio.Event: ...
+    @property
+    def scanner(self) -> Coverable: ...
 
 
 class UeventDevice(Protocol):
@@ -136,7 +153,7 @@ def kernel_sysfs(sysfs_root: Path) -> bool:
 
 
 async def udev_task(
-    daemon: Daemon,
+    daemon: ScanTarget,
     open_monitor: MonitorFactory = open_uacce_monitor,
     describes: Callable[[Path], bool] = kernel_sysfs,
 ) -> None:
@@ -150,7 +167,6 @@ async def udev_task(
         loop.add_reader(fd, drainer)
     except Exception as err:  # udev is optional: any failure to set it up means "no hotplug"
         _fall_back(daemon, f"cannot open a udev monitor ({err})")
-        await _idle()
         return
     log.info("watching udev for %s hotplug (netlink fd %d)", SUBSYSTEM, fd)
     # Devices coming and going, /dev nodes and driver (un)binding now arrive as uevents: the
@@ -169,17 +185,11 @@ async def udev_task(
         daemon.scanner.uevents_cover_links(False)
         loop.remove_reader(fd)
     _fall_back(daemon, f"the udev monitor keeps failing ({drainer.last_error})")
-    await _idle()
 
 
-def _fall_back(daemon: Daemon, why: str) -> None:
+def _fall_back(daemon: ScanTarget, why: str) -> None:
     log.warning(
         "%s: hotplug falls back to the periodic rescan every %g s",
         why,
         daemon.settings.scan_interval,
     )
-
-
-async def _idle() -> None:
-    # A root task that returns would look finished to the supervisor; this one just has no work.
-    await asyncio.Event().wait()

@@ -23,7 +23,6 @@ import ctypes
 import ctypes.util
 import gc
 import logging
-from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +46,8 @@ def trim_heap() -> bool:
     return True
 
 
-async def release_startup_memory(daemon: Any) -> None:
-    """Root task: trim the heap once start-up has settled, then idle (a returning root task
-    would stop the daemon)."""
+async def release_startup_memory() -> None:
+    """Root task: trim the heap once start-up has settled; then its work is done."""
     await asyncio.sleep(STARTUP_SETTLE)
     if trim_heap():
         log.debug("returned start-up's free heap pages to the kernel")
-    await asyncio.Event().wait()

@@ -8,18 +8,14 @@ the daemon starts, says so, and serves the devices when the drivers appear.
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 from pathlib import Path
 
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.errors import StartupError
+from kae_deviceplugin.errors import EXIT_USAGE, StartupError
 
 log = logging.getLogger(__name__)
 
-EXIT_USAGE = 2
-EXIT_ENVIRONMENT = 3
 CLASS_DIR = Path("class") / "uacce"
 
 
@@ -39,30 +35,4 @@ def check_roots(settings: Settings) -> None:
             "uacce device on this node; serving nothing until one appears "
             "(`kae-deviceplugin doctor` explains why)",
             settings.sysfs_root / CLASS_DIR,
-        )
-
-
-def prepare_socket_dir(directory: Path, what: str) -> None:
-    """Create (if needed) the directory our sockets go in, or say in one line why it cannot."""
-    fix = f"run as root, or mount the kubelet's {what} directory read-write"
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise StartupError(
-            f"{directory} exists and is not a directory; remove it or point the daemon at the "
-            f"kubelet's {what} directory",
-            code=EXIT_ENVIRONMENT,
-        ) from None
-    except OSError as err:
-        cause = "permission denied" if err.errno in (errno.EACCES, errno.EPERM) else err.strerror
-        raise StartupError(
-            f"{directory}: cannot create the socket directory ({cause}); {fix}",
-            code=EXIT_ENVIRONMENT,
-        ) from None
-    if not directory.is_dir():
-        raise StartupError(f"{directory} is not a directory; {fix}", code=EXIT_ENVIRONMENT)
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise StartupError(
-            f"{directory}: not writable, so no socket can be created there; {fix}",
-            code=EXIT_ENVIRONMENT,
         )

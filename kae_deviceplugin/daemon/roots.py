@@ -20,28 +20,52 @@ from kae_deviceplugin.errors import KaeDevicePluginError
 log = logging.getLogger("kae_deviceplugin.daemon.supervisor")
 
 
-async def run_until_one_ends(
-    roots: list[Coroutine[Any, Any, None]], stopping: asyncio.Event
-) -> int:
-    """Run ``roots`` until ``stopping`` is set (0) or one of them ends; its exit code."""
-    tasks = [asyncio.create_task(coro) for coro in roots]
-    stop_waiter = asyncio.create_task(stopping.wait())
-    done, _ = await asyncio.wait([*tasks, stop_waiter], return_when=asyncio.FIRST_COMPLETED)
+class _Stopped(Exception):
+    """Raised inside the task group when a stop was asked for: it cancels every root task."""
+
+
+async def _stop_when(stopping: asyncio.Event) -> None:
+    await stopping.wait()
+    raise _Stopped
+
+
+async def supervise(roots: list[Coroutine[Any, Any, None]], stopping: asyncio.Event) -> int:
+    """Run ``roots`` until ``stopping`` is set (0) or one of them fails; the exit code.
+
+    A root task that returns has simply finished its work (an optional part with nothing to
+    do); one that raises cancels the others, as ``asyncio.TaskGroup`` does.
+    """
+    try:
+        async with asyncio.TaskGroup() as group:
+            for coro in roots:
+                group.create_task(coro)
+            group.create_task(_stop_when(stopping))
+    except BaseExceptionGroup as failed:
+        return _exit_code(failed)
+    return 0  # not reached: the group ends only through _stop_when's raise or a failure
+
+
+def _exit_code(failed: BaseExceptionGroup[BaseException]) -> int:
+    """The first failure's code: a refusal's own, 1 for a bug; 0 when only a stop was asked."""
     code = 0
-    for task in done:
-        if task is stop_waiter or task.cancelled() or task.exception() is None:
+    for error in _leaves(failed):
+        if isinstance(error, _Stopped):
             continue
-        error = task.exception()
         if isinstance(error, KaeDevicePluginError):  # a refusal we explain in one line
             log.critical("stopping: %s", error)
-            code = error.exit_code
+            code = code or error.exit_code
         else:  # a bug: the traceback is what a report needs
             log.critical("stopping: a root task failed", exc_info=error)
-            code = 1
-    for task in [*tasks, stop_waiter]:
-        task.cancel()
-    await asyncio.gather(*tasks, stop_waiter, return_exceptions=True)
+            code = code or 1
     return code
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            yield from _leaves(error)
+        else:
+            yield error
 
 
 @contextlib.contextmanager

@@ -1,39 +1,103 @@
-"""Process-level start-up of `serve`: the event loop, the optional root tasks, the exit code."""
+"""The composition root of `serve`: builds every part once, picks the mode, runs, maps the exit.
+
+Nothing else constructs the daemon's parts, so what a process runs is read here in one place:
+the scanner, the front end (with its registrar, server set and kubelet watch), the node-wide
+container files, and the optional root tasks, each handed only what it reads.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from kae_deviceplugin import __version__
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.container.node_files import ContainerFiles
+from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.daemon.host_files import remove_if_unused
 from kae_deviceplugin.daemon.hotplug import udev_task
 from kae_deviceplugin.daemon.memory import release_startup_memory
-from kae_deviceplugin.daemon.preflight import check_roots, prepare_socket_dir
-from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.daemon.preflight import check_roots
+from kae_deviceplugin.daemon.scanloop import ScanLoop
+from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats, RootTask
+from kae_deviceplugin.deviceplugin.frontend import DevicePluginFrontEnd
+from kae_deviceplugin.deviceplugin.registrars import choose_registrar
+from kae_deviceplugin.discovery.incremental import IncrementalScanner
 from kae_deviceplugin.errors import KaeDevicePluginError
 from kae_deviceplugin.observability import http, nfd
 
 log = logging.getLogger(__name__)
 
-RootTask = Callable[[Daemon], Coroutine[Any, Any, None]]
+# A task an embedding program (the demo, a test) adds; it is handed the whole daemon.
+EmbeddedTask = Callable[["DevicePluginDaemon"], Coroutine[Any, Any, None]]
+DevicePluginDaemon = Daemon[DevicePluginFrontEnd]
 
 
-def optional_tasks(settings: Settings) -> list[RootTask]:
-    """Root tasks beside the scan and kubelet loops; each survives every outside failure."""
-    tasks: list[RootTask] = [udev_task, release_startup_memory]
+def optional_tasks(settings: Settings, daemon: DevicePluginDaemon) -> list[RootTask]:
+    """Root tasks beside the scan loop and the front end's; each survives every outside failure
+    and may simply return when it has nothing (more) to do."""
+    scan = daemon.scan
+    tasks: list[RootTask] = [functools.partial(udev_task, scan), release_startup_memory]
     if settings.metrics_address:
-        tasks.append(http.metrics_task)
+        tasks.append(functools.partial(http.metrics_task, daemon))
     if settings.nfd_features_file is not None:
-        tasks.append(nfd.nfd_task)
+        tasks.append(functools.partial(nfd.nfd_task, scan))
     return tasks
 
 
-def build_daemon(settings: Settings, source: ConfigSource | None = None) -> Daemon:
-    return Daemon(settings, source, extra_tasks=optional_tasks(settings))
+def build_daemon(
+    settings: Settings,
+    source: ConfigSource | None = None,
+    extra_tasks: Sequence[EmbeddedTask] = (),
+    *,
+    counters: Counters | None = None,
+    with_optional: bool = True,
+) -> DevicePluginDaemon:
+    """Every part of a device-plugin daemon, built once and wired here.
+
+    ``with_optional=False`` leaves out the optional root tasks (udev, heap trim, HTTP, NFD), for
+    tests that run the daemon in-process and add the one they exercise as an ``extra_tasks``.
+    """
+    counters = counters or Counters()  # this daemon's own registry, not a global
+    stopping = asyncio.Event()  # asyncio primitives bind to the loop that first uses them
+    heartbeats = Heartbeats()
+    container_files = ContainerFiles()
+    # The registration mode is decided here, once; nothing re-tests the filesystem for it.
+    registrar = choose_registrar(settings)
+    front = DevicePluginFrontEnd(
+        settings,
+        registrar,
+        counters,
+        container_files,
+        stopping=stopping,
+        tick=heartbeats.ticker("watch"),
+    )
+    scan = ScanLoop(
+        settings,
+        # Answers exactly what discovery's full scan would, re-reading only volatile signals.
+        IncrementalScanner(settings.sysfs_root, settings.dev_root),
+        counters,
+        reconcile=front.reconcile,
+        retry_pending=lambda: container_files.problem is not None,
+        tick=heartbeats.ticker("scan"),
+        config_source=source,
+    )
+    daemon = Daemon(
+        scan,
+        front,
+        heartbeats,
+        stopping,
+        cleanup=remove_if_unused,
+    )
+    for task in optional_tasks(settings, daemon) if with_optional else []:
+        daemon.add_task(task)
+    for embedded in extra_tasks:
+        daemon.add_task(functools.partial(embedded, daemon))
+    return daemon
 
 
 def run_serve(settings: Settings, source: ConfigSource | None = None) -> int:
@@ -41,14 +105,12 @@ def run_serve(settings: Settings, source: ConfigSource | None = None) -> int:
     try:
         check_roots(settings)
         daemon = build_daemon(settings, source)
-        registrar = daemon.server_set.registrar
-        prepare_socket_dir(daemon.socket_dir, registrar.socket_dir_role)
+        daemon.front.prepare()  # a socket directory it cannot use: one line and exit 3, now
         log.info(
-            "kae-deviceplugin %s starting: sysfs %s, plugin sockets in %s (registration: %s)",
+            "kae-deviceplugin %s starting: sysfs %s, %s",
             __version__,
             settings.sysfs_root,
-            daemon.socket_dir,  # plugins_registry in plugin-watcher mode, not device-plugins
-            "plugin watcher" if registrar.recovery == "restart" else "kubelet.sock",
+            daemon.front.describe(),
         )
         return asyncio.run(daemon.run())
     except KaeDevicePluginError as err:

@@ -1,2 +1,2 @@
-"""The gRPC shell towards the kubelet: one DevicePlugin server per resource, registration
-(kubelet socket or plugin watcher), pod-resources, and unix-socket hygiene."""
+"""What any kubelet plugin needs, below both front ends: unix-socket hygiene and private binding,
+the plugin watcher's registration servicer, the pod-resources client, directory watches."""

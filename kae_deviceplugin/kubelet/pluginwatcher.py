@@ -1,64 +1,59 @@
-"""Registration through the kubelet's plugin watcher (<kubelet root>/plugins_registry).
+"""The kubelet's plugin watcher (<kubelet root>/plugins_registry), for any kind of kubelet plugin.
 
-In this mode there is no Register call: the kubelet finds our socket in plugins_registry, asks
-GetInfo, dials the endpoint we name, and reports back with NotifyRegistrationStatus.
+A plugin puts a socket in plugins_registry serving the plugin-registration API; the kubelet finds
+it, asks GetInfo (type, name, endpoint, versions), validates and connects to the endpoint, and
+reports back with NotifyRegistrationStatus. Device plugins and DRA drivers differ only in what
+GetInfo says, so the servicer takes all of it as parameters.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
 
 import grpc
 
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2 as reg_pb
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from kae_deviceplugin.api import VERSION
-from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.kubelet.registration import KubeletSocketRegistrar, Registrar
-from kae_deviceplugin.kubelet.server import socket_name
 
 log = logging.getLogger(__name__)
 
-PLUGIN_TYPE = "DevicePlugin"
+PLUGINS_REGISTRY = "plugins_registry"
+DEVICE_PLUGIN_TYPE = "DevicePlugin"
+DRA_PLUGIN_TYPE = "DRAPlugin"
 
 
-def use_plugin_watcher(settings: Settings) -> bool:
-    """``auto`` picks the plugin watcher when plugins_registry sits beside the device-plugin dir."""
-    if settings.registration != "auto":
-        return settings.registration == "plugin-watcher"
-    default_dir = settings.kubelet_root / "device-plugins"
-    if settings.effective_device_plugin_dir != default_dir:
-        return False  # an explicitly moved device-plugin dir means the socket protocol
-    return (settings.kubelet_root / "plugins_registry").is_dir()
-
-
-def choose_registrar(settings: Settings) -> Registrar:
-    """The registration mode, decided once at start from the settings and the kubelet's dirs."""
-    if use_plugin_watcher(settings):
-        return PluginWatcherRegistrar(settings.kubelet_root)
-    return KubeletSocketRegistrar(settings.effective_device_plugin_dir)
+def registry_dir(kubelet_root: Path) -> Path:
+    """Where the plugin watcher looks; it follows ``--root-dir`` (FACTS §8)."""
+    return kubelet_root / PLUGINS_REGISTRY
 
 
 class RegistrationServicer(reg_grpc.RegistrationServicer):
-    def __init__(self, resource: str, endpoint: str, registered: Callable[[str], None]) -> None:
-        self.resource = resource
-        self.endpoint = endpoint
-        self.registered = registered
+    """Answers the plugin watcher for one plugin; ``on_registered`` runs when the kubelet accepts.
+
+    GetInfo must answer within the kubelet's 1 s deadline, so it only returns fixed values.
+    """
+
+    def __init__(
+        self,
+        plugin_type: str,
+        name: str,
+        endpoint: str,
+        supported_versions: Sequence[str],
+        on_registered: Callable[[], None],
+    ) -> None:
+        self.info = reg_pb.PluginInfo(
+            type=plugin_type, name=name, endpoint=endpoint, supported_versions=supported_versions
+        )
+        self.on_registered = on_registered
 
     async def GetInfo(
         self,
         request: reg_pb.InfoRequest,
         context: grpc.aio.ServicerContext[reg_pb.InfoRequest, reg_pb.PluginInfo],
     ) -> reg_pb.PluginInfo:
-        return reg_pb.PluginInfo(
-            type=PLUGIN_TYPE,
-            name=self.resource,
-            endpoint=self.endpoint,
-            supported_versions=[VERSION],
-        )
+        return self.info
 
     async def NotifyRegistrationStatus(
         self,
@@ -68,44 +63,15 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         ],
     ) -> reg_pb.RegistrationStatusResponse:
         if request.plugin_registered:
-            log.info("%s: registered through the plugin watcher", self.resource)
-            self.registered(self.resource)
+            log.info("%s: registered through the plugin watcher", self.info.name)
+            self.on_registered()
         else:
-            log.error("%s: the kubelet rejected the registration: %s", self.resource, request.error)
+            log.error(
+                "%s: the kubelet rejected the registration: %s", self.info.name, request.error
+            )
         return reg_pb.RegistrationStatusResponse()
 
 
-class PluginWatcherRegistrar:
-    """Serve the plugin-registration API on each socket in ``<kubelet root>/plugins_registry``.
-
-    The kubelet's plugin watcher registers a plugin when its socket is created (and, at the
-    kubelet's start, for every socket already there), and on no other event. So creating the
-    socket is the registration, and a resource whose stream the kubelet ended is brought back by
-    creating its socket again: ``recovery`` is "restart".
-    """
-
-    needs_kubelet_socket = False
-    recovery: Literal["register", "restart"] = "restart"
-    socket_dir_role = "plugins_registry"
-    kubelet_finds_sockets_at_start = True
-
-    def __init__(self, kubelet_root: Path) -> None:
-        self.socket_dir = kubelet_root / "plugins_registry"
-
-    def add_servicers(
-        self, server: grpc.aio.Server, resource: str, on_registered: Callable[[str], None]
-    ) -> None:
-        endpoint = str(self.socket_dir / socket_name(resource))
-        reg_grpc.add_RegistrationServicer_to_server(
-            RegistrationServicer(resource, endpoint, on_registered), server
-        )
-
-    def register(self, resource: str, on_registered: Callable[[str], None]) -> None:
-        """Nothing to call: the watcher registers the socket the server has just created."""
-
-    def cancel(self, resource: str) -> None:
-        """Nothing under way to cancel."""
-
-    def registering(self, resource: str) -> bool:
-        """Never: there is no call of ours to wait for."""
-        return False
+def add_registration(server: grpc.aio.Server, servicer: RegistrationServicer) -> None:
+    """Serve ``servicer`` on ``server`` (callers need not import the generated code)."""
+    reg_grpc.add_RegistrationServicer_to_server(servicer, server)

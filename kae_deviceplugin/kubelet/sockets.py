@@ -1,14 +1,19 @@
-"""Unix socket hygiene: refuse symlinks, remove stale sockets, never steal a live one."""
+"""Unix socket hygiene for every kubelet plugin: refuse symlinks, remove stale sockets, never
+steal a live one, and bind a gRPC server so that its socket is never reachable before it is 0600."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
 import stat
+import tempfile
 from pathlib import Path
 
-from kae_deviceplugin.errors import SocketInUse, UnsafeSocketPath
+import grpc
+
+from kae_deviceplugin.errors import EXIT_ENVIRONMENT, SocketInUse, StartupError, UnsafeSocketPath
 
 
 def is_live(path: Path) -> bool:
@@ -54,3 +59,53 @@ def file_identity(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
+
+
+async def bind_privately(server: grpc.aio.Server, socket_path: Path) -> os.stat_result:
+    """Start ``server`` on ``socket_path``, a socket that is never reachable before it is 0600.
+
+    gRPC creates the socket itself, with the mode the process umask allows. Changing the umask
+    would affect every thread creating files meanwhile, so instead the socket is bound in a
+    fresh 0700 directory beside its final place, made 0600 there and renamed into place (a
+    listening unix socket keeps working under its new name). The directory's name starts with
+    a dot, which the kubelet's plugin watcher ignores. Returns the socket's stat at its place.
+    """
+    private = tempfile.mkdtemp(prefix=".kae-", dir=socket_path.parent)  # 0700, umask or not
+    bound = os.path.join(private, "s")
+    try:
+        server.add_insecure_port(f"unix://{bound}")
+        await server.start()
+        os.chmod(bound, 0o600)
+        os.rename(bound, socket_path)
+        return os.stat(socket_path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(bound)
+        with contextlib.suppress(OSError):
+            os.rmdir(private)
+
+
+def prepare_socket_dir(directory: Path, what: str) -> None:
+    """Create (if needed) the directory our sockets go in, or say in one line why it cannot."""
+    fix = f"run as root, or mount the kubelet's {what} directory read-write"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise StartupError(
+            f"{directory} exists and is not a directory; remove it or point the daemon at the "
+            f"kubelet's {what} directory",
+            code=EXIT_ENVIRONMENT,
+        ) from None
+    except OSError as err:
+        cause = "permission denied" if err.errno in (errno.EACCES, errno.EPERM) else err.strerror
+        raise StartupError(
+            f"{directory}: cannot create the socket directory ({cause}); {fix}",
+            code=EXIT_ENVIRONMENT,
+        ) from None
+    if not directory.is_dir():
+        raise StartupError(f"{directory} is not a directory; {fix}", code=EXIT_ENVIRONMENT)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise StartupError(
+            f"{directory}: not writable, so no socket can be created there; {fix}",
+            code=EXIT_ENVIRONMENT,
+        )

@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 # the DaemonSet's probes timeoutSeconds >= 3 so they see the 503 rather than their own timeout.)
 LOOP_TIMEOUT = 2.0
 BIND_RETRY = 5.0
-NOT_READY = "not ready: resources not registered/streaming"
 T = TypeVar("T")
 
 
@@ -93,7 +92,8 @@ class HttpEndpoint:
 
 
 class Observed(Protocol):
-    """What the endpoint reads from the daemon (a ``supervisor.Daemon``)."""
+    """What the endpoint reads from the daemon (a ``supervisor.Daemon``); ``not_ready`` names
+    what keeps it from serving pods (a resource not streaming, a view it cannot write)."""
 
     @property
     def settings(self) -> Settings: ...
@@ -104,11 +104,9 @@ class Observed(Protocol):
     @property
     def registered(self) -> Set[str]: ...
     @property
-    def view_problem(self) -> str | None: ...
-    @property
     def counters(self) -> Counters: ...
     def alive(self) -> bool: ...
-    def ready(self) -> bool: ...
+    def not_ready(self) -> list[str]: ...
 
 
 def on_loop(loop: asyncio.AbstractEventLoop, func: Callable[[], T], timeout: float) -> T:
@@ -147,31 +145,38 @@ def awaited_on_loop(
     return done.result(timeout)
 
 
+def _probe(
+    loop: asyncio.AbstractEventLoop, check: Callable[[], bool], ok: str, failed: str
+) -> Route:
+    """A route answering 200 ``ok`` while ``check()`` (run on the loop) holds, 503 otherwise."""
+
+    def route(headers: Headers) -> Response:
+        try:
+            passed = on_loop(loop, check, LOOP_TIMEOUT)
+        except (TimeoutError, RuntimeError):
+            return text(503, "event loop not responding")
+        return text(200, ok) if passed else text(503, failed)
+
+    return route
+
+
+def _readyz(loop: asyncio.AbstractEventLoop, daemon: Observed) -> Route:
+    """200 "ready", or 503 naming everything ``not_ready()`` lists."""
+
+    def route(headers: Headers) -> Response:
+        try:
+            missing = on_loop(loop, daemon.not_ready, LOOP_TIMEOUT)
+        except (TimeoutError, RuntimeError):
+            return text(503, "event loop not responding")
+        return text(503, f"not ready: {'; '.join(missing)}") if missing else text(200, "ready")
+
+    return route
+
+
 def daemon_routes(
     daemon: Observed, source: AllocationsSource, loop: asyncio.AbstractEventLoop
 ) -> dict[str, Route]:
     """The endpoint's routes over a running daemon whose loop is ``loop``."""
-
-    def probe(check: Callable[[], bool], ok: str, failed: str) -> Route:
-        def route(headers: Headers) -> Response:
-            try:
-                passed = on_loop(loop, check, LOOP_TIMEOUT)
-            except (TimeoutError, RuntimeError):
-                return text(503, "event loop not responding")
-            return text(200, ok) if passed else text(503, failed)
-
-        return route
-
-    def readyz(headers: Headers) -> Response:
-        try:
-            passed, problem = on_loop(
-                loop, lambda: (daemon.ready(), daemon.view_problem), LOOP_TIMEOUT
-            )
-        except (TimeoutError, RuntimeError):
-            return text(503, "event loop not responding")
-        if problem is not None:  # the one reason the probe can name exactly
-            return text(503, f"not ready: {problem}")
-        return text(200, "ready") if passed else text(503, NOT_READY)
 
     async def snapshot() -> Snapshot:
         holder = await source.fresh()  # asks the kubelet, unless an answer is a second old
@@ -204,8 +209,8 @@ def daemon_routes(
 
     return {
         "/metrics": metrics,
-        "/healthz": probe(daemon.alive, "ok", "unhealthy: a daemon loop stopped ticking"),
-        "/readyz": readyz,
+        "/healthz": _probe(loop, daemon.alive, "ok", "unhealthy: a daemon loop stopped ticking"),
+        "/readyz": _readyz(loop, daemon),
         "/allocations": allocations,
     }
 
@@ -224,23 +229,24 @@ class EndpointTask:
         self.source: AllocationsSource | None = None
 
     async def run(self, daemon: Observed) -> None:
-        """Serve until cancelled; a bad or busy address is logged, never fatal."""
+        """Serve until cancelled; a bad or busy address is logged, never fatal (a bad one ends
+        the task: there is nothing to serve)."""
         socket_path = daemon.settings.effective_pod_resources_socket
         source = self.source = AllocationsSource(socket_path, self.max_age)
         endpoint = HttpEndpoint(daemon_routes(daemon, source, asyncio.get_running_loop()))
         try:
-            await self._listen(endpoint, daemon.settings.metrics_address)
-            await asyncio.Future()  # serve until cancelled
+            if await self._listen(endpoint, daemon.settings.metrics_address):
+                await asyncio.Future()  # serve until cancelled
         finally:
             await asyncio.to_thread(endpoint.stop)
 
-    async def _listen(self, endpoint: HttpEndpoint, address: str) -> None:
+    async def _listen(self, endpoint: HttpEndpoint, address: str) -> bool:
+        """Listen on ``address``, retrying while it is busy; False if it is not an address."""
         try:
             host, port = parse_address(address)
         except ValueError as err:
             log.error("metrics endpoint disabled: %s", err)
-            await asyncio.Future()
-            return
+            return False
         last_error = ""
         while True:
             try:
@@ -259,6 +265,7 @@ class EndpointTask:
         log.info(
             "serving /metrics, /healthz, /readyz, /allocations on %s (port %d)", address, self.port
         )
+        return True
 
 
 async def metrics_task(daemon: Observed) -> None:

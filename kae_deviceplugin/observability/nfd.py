@@ -181,7 +181,7 @@ class FeatureFile:
 
 
 class Observed(Protocol):
-    """What the task reads from the daemon (a ``supervisor.Daemon``)."""
+    """What the task reads (a ``scanloop.ScanLoop``)."""
 
     @property
     def settings(self) -> Settings: ...
@@ -198,8 +198,7 @@ async def nfd_task(daemon: Observed) -> None:
     """
     path = daemon.settings.nfd_features_file
     if path is None:
-        await asyncio.Future()  # disabled: idle (a root task that returns would stop the daemon)
-        return
+        return  # disabled: nothing to do
     writer = FeatureWriter(FeatureFile(path))
     latest: list[Inventory] = []
     changed = asyncio.Event()

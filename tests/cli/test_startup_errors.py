@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kae_deviceplugin.daemon.preflight import prepare_socket_dir
 from kae_deviceplugin.errors import StartupError
+from kae_deviceplugin.kubelet.sockets import prepare_socket_dir
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.support.harness import short_tmpdir
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kae_deviceplugin.container.cdi import SPEC_FILE
 from kae_deviceplugin.container.sysfs_view import VIEW_DIR_NAME
-from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.daemon.run import build_daemon
 from kae_deviceplugin.observability import nfd
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.podresources_emulator import Assignment, PodResourcesEmulator
@@ -52,7 +52,11 @@ def _served(pods: list[Assignment] | None) -> Iterator[tuple[list[Path], DaemonT
         kubelet.start()
         if pods is not None:
             pod_resources.start()
-        runner = DaemonThread(Daemon(settings, extra_tasks=[nfd.nfd_task]))
+        runner = DaemonThread(
+            build_daemon(
+                settings, extra_tasks=[lambda d: nfd.nfd_task(d.scan)], with_optional=False
+            )
+        )
         runner.start()
         try:
             _wait("the view, CDI spec and NFD file written", lambda: all(f.exists() for f in files))

@@ -26,7 +26,7 @@ from kae_deviceplugin.daemon.hotplug import (
     netlink_source,
     udev_task,
 )
-from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.daemon.run import DevicePluginDaemon, build_daemon
 
 DEADLINE = 5.0
 
@@ -78,11 +78,14 @@ class BrokenMonitor(FakeMonitor):
         raise OSError(errno.EBADF, "bad file descriptor")
 
 
-def make_daemon(tmp_path: Path, scan_interval: float = 60.0) -> Daemon:
-    return Daemon(Settings(kubelet_root=tmp_path / "kubelet", scan_interval=scan_interval))
+def make_daemon(tmp_path: Path, scan_interval: float = 60.0) -> DevicePluginDaemon:
+    return build_daemon(
+        Settings(kubelet_root=tmp_path / "kubelet", scan_interval=scan_interval),
+        with_optional=False,
+    )
 
 
-def udev_count(daemon: Daemon, action: str) -> float:
+def udev_count(daemon: DevicePluginDaemon, action: str) -> float:
     """How many uevents of ``action`` the daemon counted."""
     return daemon.counters.sample("kae_udev_events_total", {"action": action})
 
@@ -96,8 +99,8 @@ async def until(condition: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.001)
 
 
-async def rescan_requested(daemon: Daemon) -> None:
-    await asyncio.wait_for(daemon.rescan_now.wait(), DEADLINE)
+async def rescan_requested(daemon: DevicePluginDaemon) -> None:
+    await asyncio.wait_for(daemon.scan.rescan_now.wait(), DEADLINE)
 
 
 async def stop(task: asyncio.Task[None]) -> None:
@@ -127,12 +130,12 @@ def test_event_requests_rescan_counts_and_logs(
     daemon = make_daemon(tmp_path)
 
     async def main() -> None:
-        assert not daemon.scanner.links_by_uevents
-        task = asyncio.create_task(udev_task(daemon, lambda: monitor, AS_KERNELS))
-        await until(lambda: daemon.scanner.links_by_uevents, "ticks leaving links to uevents")
+        assert not daemon.scan.scanner.links_by_uevents
+        task = asyncio.create_task(udev_task(daemon.scan, lambda: monitor, AS_KERNELS))
+        await until(lambda: daemon.scan.scanner.links_by_uevents, "ticks leaving links to uevents")
         for action in ("add", "change", "remove"):
             before = udev_count(daemon, action)
-            daemon.rescan_now.clear()
+            daemon.scan.rescan_now.clear()
             monitor.push(FakeDevice(action, "hisi_zip-4"))
             await rescan_requested(daemon)
             assert udev_count(daemon, action) == before + 1
@@ -153,7 +156,7 @@ def test_burst_is_drained_in_one_wakeup(tmp_path: Path) -> None:
     before = udev_count(daemon, "add")
 
     async def main() -> None:
-        task = asyncio.create_task(udev_task(daemon, lambda: monitor, AS_KERNELS))
+        task = asyncio.create_task(udev_task(daemon.scan, lambda: monitor, AS_KERNELS))
         await rescan_requested(daemon)
         # The callback that set the flag ran to the end of the queue before returning.
         assert not monitor.queue
@@ -170,10 +173,10 @@ def test_irrelevant_actions_do_not_rescan(tmp_path: Path) -> None:
     daemon = make_daemon(tmp_path)
 
     async def main() -> None:
-        task = asyncio.create_task(udev_task(daemon, lambda: monitor, AS_KERNELS))
+        task = asyncio.create_task(udev_task(daemon.scan, lambda: monitor, AS_KERNELS))
         monitor.push(FakeDevice("online", "hisi_zip-4"), FakeDevice(None, "hisi_zip-4"))
         await until(lambda: not monitor.queue, "the ignored events to be read")
-        assert not daemon.rescan_now.is_set()
+        assert not daemon.scan.rescan_now.is_set()
         assert udev_count(daemon, "online") == 0
         monitor.push(FakeDevice("unbind", "hisi_zip-4"))
         await rescan_requested(daemon)
@@ -193,10 +196,11 @@ def test_irrelevant_actions_do_not_rescan(tmp_path: Path) -> None:
     ],
     ids=["no-libudev", "no-netlink-permission", "no-netlink", "pyudev-error"],
 )
-def test_unavailable_udev_warns_once_and_idles(
+def test_unavailable_udev_warns_once_and_ends(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, error: Exception
 ) -> None:
-    """Without udev: one warning naming the rescan interval, then the task idles, never raising."""
+    """Without udev: one warning naming the rescan interval, then the task ends, never raising
+    (an optional root task that returns has just finished: the supervisor keeps the rest)."""
     caplog.set_level(logging.INFO, logger="kae_deviceplugin.daemon.hotplug")
     daemon = make_daemon(tmp_path, scan_interval=7.5)
 
@@ -204,12 +208,7 @@ def test_unavailable_udev_warns_once_and_idles(
         raise error
 
     async def main() -> None:
-        task = asyncio.create_task(udev_task(daemon, failing))
-        await until(lambda: "falls back" in caplog.text, "the fallback warning")
-        for _ in range(3):  # a task that returned or raised would be done by now
-            await asyncio.sleep(0)
-        assert not task.done()
-        await stop(task)
+        await asyncio.wait_for(udev_task(daemon.scan, failing), DEADLINE)  # returns, no raise
 
     run(main)
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
@@ -217,7 +216,7 @@ def test_unavailable_udev_warns_once_and_idles(
     message = warnings[0].getMessage()
     assert "periodic rescan every 7.5 s" in message
     assert str(error) in message
-    assert not daemon.rescan_now.is_set()
+    assert not daemon.scan.rescan_now.is_set()
 
 
 def test_cancellation_removes_the_reader(tmp_path: Path) -> None:
@@ -227,7 +226,7 @@ def test_cancellation_removes_the_reader(tmp_path: Path) -> None:
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        task = asyncio.create_task(udev_task(daemon, lambda: monitor, AS_KERNELS))
+        task = asyncio.create_task(udev_task(daemon.scan, lambda: monitor, AS_KERNELS))
         monitor.push(FakeDevice("add", "hisi_hpre-2"))
         await rescan_requested(daemon)  # the reader is installed
         await stop(task)
@@ -243,10 +242,10 @@ def test_a_read_error_still_rescans_and_keeps_watching(tmp_path: Path) -> None:
     daemon = make_daemon(tmp_path)
 
     async def main() -> None:
-        task = asyncio.create_task(udev_task(daemon, lambda: monitor, AS_KERNELS))
+        task = asyncio.create_task(udev_task(daemon.scan, lambda: monitor, AS_KERNELS))
         monitor.push(OSError(errno.ENOBUFS, "No buffer space available"))
         await rescan_requested(daemon)
-        daemon.rescan_now.clear()
+        daemon.scan.rescan_now.clear()
         monitor.push(FakeDevice("remove", "hisi_zip-5"))
         await rescan_requested(daemon)
         assert not task.done()
@@ -267,16 +266,15 @@ def test_a_monitor_that_keeps_failing_is_given_up(
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        task = asyncio.create_task(udev_task(daemon, lambda: monitor, AS_KERNELS))
-        await until(lambda: "keeps failing" in caplog.text, "the give-up warning")
+        # It ends by itself (returns, does not raise) once it gives up.
+        await asyncio.wait_for(udev_task(daemon.scan, lambda: monitor, AS_KERNELS), DEADLINE)
+        assert "keeps failing" in caplog.text
         polls = monitor.polls
         for _ in range(3):
             await asyncio.sleep(0)
         assert monitor.polls == polls == hotplug.MAX_CONSECUTIVE_ERRORS
         assert loop.remove_reader(monitor.fileno()) is False
-        assert not daemon.scanner.links_by_uevents, "ticks must look at the links again"
-        assert not task.done()
-        await stop(task)
+        assert not daemon.scan.scanner.links_by_uevents, "ticks must look at the links again"
 
     run(main)
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -299,16 +297,17 @@ def test_uevents_describe_only_the_kernels_sysfs(tmp_path: Path) -> None:
     assert kernel_sysfs(Path("/sys"))
     assert not kernel_sysfs(tmp_path / "sys")
     monitor = FakeMonitor()
-    daemon = Daemon(
-        Settings(kubelet_root=tmp_path / "kubelet", sysfs_root=tmp_path / "sys", scan_interval=60)
+    daemon = build_daemon(
+        Settings(kubelet_root=tmp_path / "kubelet", sysfs_root=tmp_path / "sys", scan_interval=60),
+        with_optional=False,
     )
 
     async def main() -> None:
-        task = asyncio.create_task(udev_task(daemon, lambda: monitor))
+        task = asyncio.create_task(udev_task(daemon.scan, lambda: monitor))
         try:
             monitor.push(FakeDevice("add", "hisi_zip-4"))
             await rescan_requested(daemon)  # the monitor is read: the task has set up
-            assert not daemon.scanner.links_by_uevents
+            assert not daemon.scan.scanner.links_by_uevents
         finally:
             await stop(task)
 

@@ -100,7 +100,7 @@ def test_kubelet_restarted_twice_in_a_row() -> None:
         assert node.wait_registered()
         elapsed = time.monotonic() - started
         assert len(node.kubelet.registrations) >= first + 3
-        assert set(node.daemon.servers) == {HPRE, SEC, ZIP}
+        assert set(node.daemon.front.server_set.servers) == {HPRE, SEC, ZIP}
         sockets = sorted(p.name for p in node.daemon.settings.effective_device_plugin_dir.iterdir())
         assert sockets == ["kae-hpre.sock", "kae-sec.sock", "kae-zip.sock", "kubelet.sock"]
         print(f"re-registered {elapsed:.3f} s after the second restart")
@@ -109,12 +109,12 @@ def test_kubelet_restarted_twice_in_a_row() -> None:
 def test_kubelet_comes_up_after_the_plugin() -> None:
     """A plugin started before the kubelet registers as soon as kubelet.sock appears."""
     with short_tmpdir() as workdir:
-        from kae_deviceplugin.daemon.supervisor import Daemon
+        from kae_deviceplugin.daemon.run import build_daemon
         from tests.support.harness import DaemonThread, settings_for
 
         TREES["kunpeng920-2p"].build(workdir / "node")
         settings = settings_for(workdir)
-        runner = DaemonThread(Daemon(settings))
+        runner = DaemonThread(build_daemon(settings, with_optional=False))
         runner.start()
         try:
             plugin_dir = settings.effective_device_plugin_dir
@@ -245,8 +245,8 @@ def test_created_names_parses_inotify_events() -> None:
     """A re-created kubelet.sock is recognised from the event itself, whatever its inode."""
     import struct
 
-    from kae_deviceplugin.daemon.dirwatch import created_names
     from kae_deviceplugin.discovery.entry_watch import IN_CREATE, IN_DELETE, IN_MOVED_TO
+    from kae_deviceplugin.kubelet.dirwatch import created_names
 
     def event(mask: int, name: bytes) -> bytes:
         padded = name + b"\0" * (16 - len(name) % 16)

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from kae_deviceplugin.api import pb, pb_grpc
-from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.daemon.run import build_daemon
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.sysfs_builder import remove_device, set_attribute
 from kae_deviceplugin.testing.sysfs_trees import TREES
@@ -129,12 +129,12 @@ def test_resource_without_devices_at_start_is_not_registered() -> None:
         remove_device(root, "hisi_zip-5")
         settings = settings_for(workdir)
         with KubeletEmulator(settings.effective_device_plugin_dir) as kubelet:
-            runner = DaemonThread(Daemon(settings))
+            runner = DaemonThread(build_daemon(settings, with_optional=False))
             runner.start()
             try:
                 assert kubelet.wait_for(lambda k: len(k.registrations) >= 2, DEADLINE)
                 assert {r.resource for r in kubelet.registrations} == {HPRE, SEC}
-                assert ZIP not in runner.daemon.servers
+                assert ZIP not in runner.daemon.front.server_set.servers
             finally:
                 assert runner.stop() == 0
 

@@ -68,15 +68,14 @@ class FakeDaemon:
         self.views: dict[str, ResourceView] = {}
         self.registered: set[str] = set()
         self.is_alive = True
-        self.is_ready = False
-        self.view_problem: str | None = None
+        self.missing = ["openfuyao.com/kae.hpre not registered or not streaming"]
         self.counters = Counters()
 
     def alive(self) -> bool:
         return self.is_alive
 
-    def ready(self) -> bool:
-        return self.is_ready
+    def not_ready(self) -> list[str]:
+        return self.missing
 
 
 @contextmanager
@@ -105,13 +104,26 @@ def get_status(url: str) -> int:
 
 
 def test_probes_report_what_the_daemon_says() -> None:
-    """/healthz follows alive(), /readyz follows ready(), read fresh on every request."""
+    """/healthz follows alive(), /readyz follows not_ready(), read fresh on every request."""
     daemon = FakeDaemon()
     with serving(daemon) as (url, _):
         assert (get_status(url + "/healthz"), get_status(url + "/readyz")) == (200, 503)
-        daemon.is_ready = True
+        daemon.missing = []
         daemon.is_alive = False
         assert (get_status(url + "/healthz"), get_status(url + "/readyz")) == (503, 200)
+
+
+def test_readyz_names_what_is_not_ready() -> None:
+    """A 503 from /readyz names every resource or file that keeps the node from serving pods."""
+    daemon = FakeDaemon()
+    daemon.missing = ["openfuyao.com/kae.sec not registered or not streaming", "view: EROFS"]
+    with serving(daemon) as (url, _):
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(url + "/readyz", timeout=DEADLINE)
+        body = caught.value.read().decode()
+    assert body.strip() == (
+        "not ready: openfuyao.com/kae.sec not registered or not streaming; view: EROFS"
+    )
 
 
 def test_a_wedged_event_loop_fails_the_liveness_probe(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -40,9 +40,9 @@ def expected_links(inventory: Inventory) -> dict[str, str]:
 
 def next_tick(node: ObservedNode) -> None:
     """Ask for a rescan and wait until the scan loop has ticked after it."""
-    before = node.daemon.loop_ticks.get("scan", 0.0)
+    before = node.daemon.heartbeats.last.get("scan", 0.0)
     node.runner.rescan()
-    assert wait_until(lambda: node.daemon.loop_ticks.get("scan", 0.0) > before)
+    assert wait_until(lambda: node.daemon.heartbeats.last.get("scan", 0.0) > before)
 
 
 def allocate_error(node: ObservedNode, device_id: str) -> grpc.RpcError:
@@ -70,7 +70,9 @@ def test_a_symlinked_view_directory_is_refused_and_its_target_untouched() -> Non
         shutil.rmtree(view)
         view.symlink_to(victim)
         next_tick(node)
-        assert wait_until(lambda: node.daemon.view_problem), "the symlinked view went unnoticed"
+        assert wait_until(lambda: node.daemon.front.container_files.problem), (
+            "the symlinked view went unnoticed"
+        )
         assert sorted(p.name for p in victim.iterdir()) == [
             "kubelet.sock",
             "notes",
@@ -99,7 +101,7 @@ def test_a_view_directory_owned_by_someone_else_is_refused() -> None:
         (view / "their-file").write_text("keep me")
         os.chown(view, 65534, 65534)
         next_tick(node)
-        problem = wait_until(lambda: node.daemon.view_problem)
+        problem = wait_until(lambda: node.daemon.front.container_files.problem)
         assert problem and str(view) in problem and "owned by uid 65534" in problem
         assert [p.name for p in view.iterdir()] == ["their-file"]
 
@@ -122,7 +124,7 @@ def test_a_stray_entry_in_the_view_is_replaced_not_fatal() -> None:
         assert wait_until(
             lambda: view_links(view) == wanted and len(list(view.iterdir())) == len(wanted)
         )
-        assert node.daemon.view_problem is None
+        assert node.daemon.front.container_files.problem is None
 
 
 def test_a_state_dir_that_is_a_file_makes_the_daemon_not_ready() -> None:

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.daemon.run import DevicePluginDaemon, build_daemon
 from kae_deviceplugin.observability.events import MAX_LISTED
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.sysfs_builder import add_class_link, set_attribute
@@ -22,12 +22,12 @@ BROKEN = 25_000
 TICKS = 5
 
 
-def scans(daemon: Daemon) -> float:
+def scans(daemon: DevicePluginDaemon) -> float:
     """How many scans the daemon has timed."""
     return daemon.counters.sample("kae_scan_duration_seconds_count")
 
 
-def gauge(daemon: Daemon) -> float:
+def gauge(daemon: DevicePluginDaemon) -> float:
     """The daemon's count of discovery warnings in effect."""
     return daemon.counters.sample("kae_discovery_warnings")
 
@@ -56,7 +56,7 @@ def test_a_huge_broken_tree_logs_each_change_once_in_bounded_lines(
         settings = settings_for(workdir, scan_interval=0.05)
         kubelet = KubeletEmulator(settings.effective_device_plugin_dir, dial_timeout=5.0)
         kubelet.start()
-        runner = DaemonThread(Daemon(settings))
+        runner = DaemonThread(build_daemon(settings, with_optional=False))
         runner.start()
         try:
             assert wait_until(lambda: gauge(runner.daemon) == BROKEN), (
@@ -97,8 +97,8 @@ def test_running_out_of_file_descriptors_keeps_the_devices(monkeypatch: pytest.M
             return real_listdir(path)
 
         monkeypatch.setattr(os, "listdir", out_of_fds)
-        node.daemon.call_threadsafe(node.daemon.scanner.invalidate)  # a full pass lists again
-        node.daemon.call_threadsafe(node.daemon.rescan_now.set)
+        node.daemon.call_threadsafe(node.daemon.scan.scanner.invalidate)  # a full pass lists again
+        node.daemon.call_threadsafe(node.daemon.scan.rescan_now.set)
         assert wait_until(lambda: len(calls) >= 3), "the class directory was not listed again"
         assert all(len(node.view(r)) == 2 for r in node.kubelet.resources())
         assert len(node.daemon.inventory) == 6

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 
 from kae_deviceplugin._generated.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
-from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.daemon.run import build_daemon
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.plugin_watcher_emulator import PluginWatcherEmulator
 from kae_deviceplugin.testing.sysfs_trees import TREES
@@ -106,7 +106,9 @@ def test_the_daemon_never_registers_while_a_stream_is_open() -> None:
         for round_ in range(5):
             node.kubelet.restart()
             assert node.wait_registered(), f"round {round_}: not re-registered"
-            (node.daemon.socket_dir / "kae-sec.sock").unlink()  # a sweep of our own socket
+            (
+                node.daemon.front.registrar.socket_dir / "kae-sec.sock"
+            ).unlink()  # a sweep of our own socket
             assert node.kubelet.wait_for(
                 lambda k: all(streaming(k, r) for r in k.resources()), DEADLINE
             ), f"round {round_}: a resource lost its stream"
@@ -135,7 +137,7 @@ def test_a_stream_opened_before_registration_neither_fakes_readiness_nor_blocks_
     with short_tmpdir() as workdir:
         TREES["kunpeng920-2p"].build(workdir / "node")
         settings = settings_for(workdir, scan_interval=0.1)
-        runner = DaemonThread(Daemon(settings))
+        runner = DaemonThread(build_daemon(settings, with_optional=False))
         runner.start()
         plugin_dir = settings.effective_device_plugin_dir
         rogue_calls: list[grpc.CallIterator[api_pb2.ListAndWatchResponse]] = []
@@ -180,7 +182,7 @@ def test_plugin_watcher_mode_leaves_a_restarted_kubelet_to_register_its_sockets(
         registry = node.daemon.settings.kubelet_root / "plugins_registry"
         with PluginWatcherEmulator(node.kubelet, registry):
             assert node.wait_registered()
-            resources = sorted(node.daemon.servers)
+            resources = sorted(node.daemon.front.server_set.servers)
             assert node.kubelet.wait_for(
                 lambda k: all(streaming(k, r) for r in resources), DEADLINE
             )

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kae_deviceplugin.api import pb, pb_grpc
-from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.daemon.run import build_daemon
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.testing.sysfs_builder import find_uacce_dir, set_attribute
 from kae_deviceplugin.testing.sysfs_trees import TREES
@@ -30,7 +30,7 @@ def test_fifty_kubelet_restarts_lose_no_registration() -> None:
         for attempt in range(50):
             node.kubelet.restart()
             assert node.wait_registered(3), f"lost a registration after restart {attempt + 1}"
-        assert set(node.daemon.servers) == {HPRE, SEC, ZIP}
+        assert set(node.daemon.front.server_set.servers) == {HPRE, SEC, ZIP}
         assert node.runner.alive
 
 
@@ -146,7 +146,7 @@ def test_daemon_refuses_a_symlinked_socket_path() -> None:
         victim = workdir / "victim"
         victim.write_text("keep me")
         (plugin_dir / "kae-hpre.sock").symlink_to(victim)
-        runner = DaemonThread(Daemon(settings))
+        runner = DaemonThread(build_daemon(settings, with_optional=False))
         runner.start()
         with pytest.raises(Exception, match="symlink"):
             runner.stop()

@@ -14,7 +14,7 @@ from typing import Any
 
 from kae_deviceplugin.cli.demo import demo_settings
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.daemon.run import DevicePluginDaemon, build_daemon
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.sysfs_trees import TREES
 
@@ -39,7 +39,7 @@ def settings_for(workdir: Path, **changes: Any) -> Settings:
 class DaemonThread:
     """The daemon on its own thread and event loop; the test thread drives the emulator."""
 
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: DevicePluginDaemon) -> None:
         self.daemon = daemon
         self.exit_code: int | None = None
         self.error: BaseException | None = None
@@ -55,7 +55,7 @@ class DaemonThread:
         self._thread.start()
 
     def rescan(self) -> None:
-        self.daemon.call_threadsafe(self.daemon.rescan_now.set)
+        self.daemon.call_threadsafe(self.daemon.scan.rescan_now.set)
 
     def stop(self, timeout: float = DEADLINE) -> int | None:
         self.daemon.call_threadsafe(self.daemon.request_stop)
@@ -80,7 +80,7 @@ class Node:
     runner: DaemonThread
 
     @property
-    def daemon(self) -> Daemon:
+    def daemon(self) -> DevicePluginDaemon:
         return self.runner.daemon
 
     def wait_registered(self, count: int = 3, timeout: float = DEADLINE) -> bool:
@@ -116,7 +116,7 @@ def running_node(tree: str = "kunpeng920-2p", **changes: Any) -> Iterator[Node]:
         settings = settings_for(workdir, **changes)
         kubelet = KubeletEmulator(settings.effective_device_plugin_dir, dial_timeout=5.0)
         kubelet.start()
-        runner = DaemonThread(Daemon(settings))
+        runner = DaemonThread(build_daemon(settings, with_optional=False))
         runner.start()
         try:
             yield Node(workdir, root, kubelet, runner)

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.daemon.run import build_daemon
 from kae_deviceplugin.observability.http import EndpointTask
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.sysfs_trees import TREES
@@ -81,7 +81,9 @@ def observed_node(
         if start_kubelet:
             kubelet.start()
         endpoint = EndpointTask(max_age=0.0)  # every scrape asks the pod-resources API
-        runner = DaemonThread(Daemon(settings, extra_tasks=[endpoint.run]))
+        runner = DaemonThread(
+            build_daemon(settings, extra_tasks=[endpoint.run], with_optional=False)
+        )
         runner.start()
         try:
             yield ObservedNode(workdir, root, kubelet, runner, endpoint)

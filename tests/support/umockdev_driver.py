@@ -34,7 +34,7 @@ from typing import Any
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.engines import engine_for_uacce_name
 from kae_deviceplugin.daemon.hotplug import RESCAN_ACTIONS, open_uacce_monitor, udev_task
-from kae_deviceplugin.daemon.supervisor import Daemon
+from kae_deviceplugin.daemon.run import DevicePluginDaemon, build_daemon
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.sysfs_builder import (
     DeviceSpec,
@@ -114,7 +114,7 @@ def daemon_settings(workdir: Path, **changes: Any) -> Settings:
     return dataclasses.replace(base, **changes)
 
 
-def udev_counts(daemon: Daemon) -> dict[str, float]:
+def udev_counts(daemon: DevicePluginDaemon) -> dict[str, float]:
     def count(action: str) -> float:
         return daemon.counters.sample("kae_udev_events_total", {"action": action})
 
@@ -132,13 +132,13 @@ class LogLines(logging.Handler):
         self.lines.append(f"{record.levelname} {record.getMessage()}")
 
 
-async def timed_rescan(daemon: Daemon, emit: Callable[[], None]) -> float | None:
+async def timed_rescan(daemon: DevicePluginDaemon, emit: Callable[[], None]) -> float | None:
     """Seconds from ``emit()`` (which sends one uevent) to rescan_now being set; None if never."""
-    daemon.rescan_now.clear()
+    daemon.scan.rescan_now.clear()
     started = time.perf_counter()
     emit()
     try:
-        await asyncio.wait_for(daemon.rescan_now.wait(), DEADLINE)
+        await asyncio.wait_for(daemon.scan.rescan_now.wait(), DEADLINE)
     except TimeoutError:
         return None
     return time.perf_counter() - started
@@ -153,9 +153,9 @@ async def events(source: str, count: int) -> dict[str, Any]:
     handler = LogLines()
     logging.getLogger("kae_deviceplugin.daemon.hotplug").addHandler(handler)
     with tempfile.TemporaryDirectory(prefix="kae", dir="/tmp") as tmp:
-        daemon = Daemon(daemon_settings(Path(tmp)))
+        daemon = build_daemon(daemon_settings(Path(tmp)), with_optional=False)
         factory = open_uacce_monitor if source == "auto" else partial(open_uacce_monitor, source)
-        task = asyncio.create_task(udev_task(daemon, factory))
+        task = asyncio.create_task(udev_task(daemon.scan, factory))
         await asyncio.sleep(0)  # one step: the task opens its monitor and installs the reader
         before = udev_counts(daemon)
         steps: list[dict[str, Any]] = []
@@ -203,7 +203,9 @@ async def daemon_run(count: int) -> dict[str, Any]:
         settings = daemon_settings(Path(tmp))
         kubelet = KubeletEmulator(settings.effective_device_plugin_dir, dial_timeout=5.0)
         kubelet.start()
-        daemon = Daemon(settings, extra_tasks=[udev_task])
+        daemon = build_daemon(
+            settings, extra_tasks=[lambda d: udev_task(d.scan)], with_optional=False
+        )
         running = asyncio.create_task(daemon.run())
         try:
             report = await _drive_daemon(testbed, kubelet, count)

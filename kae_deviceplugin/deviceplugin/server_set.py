@@ -19,12 +19,13 @@ from pathlib import Path
 
 import grpc
 
+from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.deviceplugin.registrars import Registrar
+from kae_deviceplugin.deviceplugin.server import ResourceServer
 from kae_deviceplugin.errors import SocketVanished, StartupError
-from kae_deviceplugin.kubelet.registration import Registrar
-from kae_deviceplugin.kubelet.server import ResourceServer, ServingPolicy
 from kae_deviceplugin.kubelet.sockets import is_live
 
 log = logging.getLogger(__name__)

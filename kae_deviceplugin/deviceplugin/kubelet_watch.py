@@ -15,8 +15,8 @@ from pathlib import Path
 
 from kae_deviceplugin.api import KUBELET_SOCKET
 from kae_deviceplugin.core.broadcast import wait_until_set
-from kae_deviceplugin.daemon.dirwatch import DirWatch
-from kae_deviceplugin.daemon.servers import ServerSet
+from kae_deviceplugin.deviceplugin.server_set import ServerSet
+from kae_deviceplugin.kubelet.dirwatch import DirWatch
 from kae_deviceplugin.kubelet.sockets import file_identity, is_live
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from kae_deviceplugin.container.edits import ContainerOptions, device_edits
 from kae_deviceplugin.container.sysfs_view import sync_view
 from kae_deviceplugin.core.model import Inventory
 
-log = logging.getLogger("kae_deviceplugin.daemon.supervisor")
+log = logging.getLogger(__name__)
 
 
 class ContainerFiles:

@@ -1,29 +1,22 @@
-"""One resource's DevicePlugin gRPC server on its own unix socket, fed by a broadcast value."""
+"""The DevicePlugin service of one resource: answers the kubelet from a broadcast view."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import stat
-import tempfile
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 
 from kae_deviceplugin.api import list_and_watch_response, pb, pb_grpc, plugin_options
-from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container.allocate import require_view, resolve_request
-from kae_deviceplugin.container.edits import ContainerEdits, ContainerOptions, container_edits
+from kae_deviceplugin.container.edits import ContainerEdits, container_edits
+from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.core import placement
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.engines import ENGINES_BY_RESOURCE
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
-from kae_deviceplugin.errors import AllocationError, SocketVanished
-from kae_deviceplugin.kubelet.sockets import prepare_socket_path
+from kae_deviceplugin.errors import AllocationError
 
 log = logging.getLogger(__name__)
 
@@ -49,33 +42,6 @@ def allocate_answer(edits: ContainerEdits) -> pb.ContainerAllocateResponse:
         envs=dict(edits.env),
         cdi_devices=[pb.CDIDevice(name=name) for name in edits.cdi_devices],
     )
-
-
-@dataclass(frozen=True, slots=True)
-class ServingPolicy:
-    """Settings the servicer reads on each call (replaced wholesale on config reload)."""
-
-    container: ContainerOptions
-    allocation_policy: placement.PolicyName = placement.DEFAULT_POLICY
-
-    @classmethod
-    def from_settings(cls, s: Settings, view_problem: str | None = None) -> ServingPolicy:
-        """What the settings say every call should answer; ``view_problem`` refuses Allocate."""
-        return cls(
-            container=ContainerOptions(
-                sysfs_root=s.sysfs_root,
-                state_dir=s.state_dir,
-                sysfs_view=s.container_sysfs_view,
-                uadk_numa_hint=s.env.uadk_numa_hint,
-                openssl_engines=s.env.openssl_engines,
-                cdi=s.cdi,
-                host_sysfs_root=s.host_sysfs_root,
-                dev_root=s.dev_root,
-                host_dev_root=s.host_dev_root,
-                view_problem=view_problem,
-            ),
-            allocation_policy=s.allocation_policy,
-        )
 
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
@@ -222,85 +188,3 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         ],
     ) -> pb.PreStartContainerResponse:
         return pb.PreStartContainerResponse()
-
-
-async def bind_privately(server: grpc.aio.Server, socket_path: Path) -> os.stat_result:
-    """Start ``server`` on ``socket_path``, a socket that is never reachable before it is 0600.
-
-    gRPC creates the socket itself, with the mode the process umask allows. Changing the umask
-    would affect every thread creating files meanwhile, so instead the socket is bound in a
-    fresh 0700 directory beside its final place, made 0600 there and renamed into place (a
-    listening unix socket keeps working under its new name). The directory's name starts with
-    a dot, which the kubelet's plugin watcher ignores. Returns the socket's stat at its place.
-    """
-    private = tempfile.mkdtemp(prefix=".kae-", dir=socket_path.parent)  # 0700, umask or not
-    bound = os.path.join(private, "s")
-    try:
-        server.add_insecure_port(f"unix://{bound}")
-        await server.start()
-        os.chmod(bound, 0o600)
-        os.rename(bound, socket_path)
-        return os.stat(socket_path)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(bound)
-        with contextlib.suppress(OSError):
-            os.rmdir(private)
-
-
-class ResourceServer:
-    """Owns one gRPC server and its socket; started and stopped by the supervisor only."""
-
-    def __init__(
-        self,
-        resource: str,
-        socket_dir: Path,
-        *,
-        latest: LatestValue[ResourceView],
-        policy: Callable[[], ServingPolicy],
-        on_stream_lost: Callable[[str], None],
-        counters: Counters,
-        extra_servicers: Callable[[grpc.aio.Server], None] | None = None,
-    ) -> None:
-        self.resource = resource
-        self.socket_path = socket_dir / socket_name(resource)
-        self.servicer = DevicePluginServicer(resource, latest, policy, on_stream_lost, counters)
-        self.extra_servicers = extra_servicers
-        self._server: grpc.aio.Server | None = None
-        self._identity: tuple[int, int] | None = None
-
-    async def start(self) -> None:
-        prepare_socket_path(self.socket_path)
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
-        if self.extra_servicers is not None:
-            self.extra_servicers(server)
-        try:
-            st = await bind_privately(server, self.socket_path)
-        except FileNotFoundError as err:
-            await server.stop(None)
-            raise SocketVanished(f"{self.socket_path} was removed as soon as it was bound") from err
-        except BaseException:
-            await server.stop(None)
-            raise
-        self._identity = (st.st_dev, st.st_ino)
-        self._server = server
-        log.debug("%s: serving on %s", self.resource, self.socket_path)
-
-    def socket_intact(self) -> bool:
-        """False once someone (a restarting kubelet) removed or replaced our socket file."""
-        try:
-            st = os.lstat(self.socket_path)
-        except OSError:
-            return False
-        return stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == self._identity
-
-    async def stop(self, grace: float = 0.5) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        self.servicer.stopping = True
-        await server.stop(grace)
-        if self.socket_intact():
-            self.socket_path.unlink(missing_ok=True)
-        self._identity = None

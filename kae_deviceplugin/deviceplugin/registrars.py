@@ -1,4 +1,5 @@
-"""Talking to the kubelet: Register over kubelet.sock, with capped backoff while it is away."""
+"""How device-plugin resources get registered, chosen once at start: Register over kubelet.sock
+(with capped backoff while the kubelet is away), or a socket in plugins_registry."""
 
 from __future__ import annotations
 
@@ -11,8 +12,15 @@ from typing import Literal, Protocol
 import grpc
 
 from kae_deviceplugin.api import KUBELET_SOCKET, VERSION, pb, pb_grpc, plugin_options
+from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.deviceplugin.servicer import socket_name
 from kae_deviceplugin.errors import RegistrationFailed
-from kae_deviceplugin.kubelet.server import socket_name
+from kae_deviceplugin.kubelet.pluginwatcher import (
+    DEVICE_PLUGIN_TYPE,
+    RegistrationServicer,
+    add_registration,
+    registry_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +84,7 @@ class Registrar(Protocol):
     """How resources get registered with the kubelet; chosen once, at start.
 
     Two kinds exist: :class:`KubeletSocketRegistrar` calls Register on ``kubelet.sock``;
-    :class:`~kae_deviceplugin.kubelet.pluginwatcher.PluginWatcherRegistrar` puts our sockets in
+    :class:`PluginWatcherRegistrar` puts our sockets in
     ``plugins_registry``, where the kubelet registers a plugin when its socket is created.
     """
 
@@ -139,3 +147,55 @@ class KubeletSocketRegistrar:
         """A Register call for ``resource`` is still under way (retrying)."""
         task = self._tasks.get(resource)
         return task is not None and not task.done()
+
+
+class PluginWatcherRegistrar:
+    """Serve the plugin-registration API on each socket in ``<kubelet root>/plugins_registry``.
+
+    The kubelet's plugin watcher registers a plugin when its socket is created (and, at the
+    kubelet's start, for every socket already there), and on no other event. So creating the
+    socket is the registration, and a resource whose stream the kubelet ended is brought back by
+    creating its socket again: ``recovery`` is "restart".
+    """
+
+    needs_kubelet_socket = False
+    recovery: Literal["register", "restart"] = "restart"
+    socket_dir_role = "plugins_registry"
+    kubelet_finds_sockets_at_start = True
+
+    def __init__(self, kubelet_root: Path) -> None:
+        self.socket_dir = registry_dir(kubelet_root)
+
+    def add_servicers(self, server: grpc.aio.Server, resource: str, on_registered: Done) -> None:
+        endpoint = str(self.socket_dir / socket_name(resource))
+        servicer = RegistrationServicer(
+            DEVICE_PLUGIN_TYPE, resource, endpoint, [VERSION], lambda: on_registered(resource)
+        )
+        add_registration(server, servicer)
+
+    def register(self, resource: str, on_registered: Done) -> None:
+        """Nothing to call: the watcher registers the socket the server has just created."""
+
+    def cancel(self, resource: str) -> None:
+        """Nothing under way to cancel."""
+
+    def registering(self, resource: str) -> bool:
+        """Never: there is no call of ours to wait for."""
+        return False
+
+
+def use_plugin_watcher(settings: Settings) -> bool:
+    """``auto`` picks the plugin watcher when plugins_registry sits beside the device-plugin dir."""
+    if settings.registration != "auto":
+        return settings.registration == "plugin-watcher"
+    default_dir = settings.kubelet_root / "device-plugins"
+    if settings.effective_device_plugin_dir != default_dir:
+        return False  # an explicitly moved device-plugin dir means the socket protocol
+    return registry_dir(settings.kubelet_root).is_dir()
+
+
+def choose_registrar(settings: Settings) -> Registrar:
+    """The registration mode, decided once at start from the settings and the kubelet's dirs."""
+    if use_plugin_watcher(settings):
+        return PluginWatcherRegistrar(settings.kubelet_root)
+    return KubeletSocketRegistrar(settings.effective_device_plugin_dir)
