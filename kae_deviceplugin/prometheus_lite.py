@@ -75,7 +75,8 @@ try:
 except Exception:  # anything unexpected: import the package plainly instead
     sys.modules.pop(PACKAGE, None)
 
-# Only now, with the package's __init__ held back: its light submodules.
+# Only now, with the package's __init__ held back: its light submodules. The metric classes,
+# the registry and the collectors are the library's documented names, in every version allowed.
 from prometheus_client.metrics import (  # noqa: E402
     Counter,
     Gauge,
@@ -84,11 +85,24 @@ from prometheus_client.metrics import (  # noqa: E402
     disable_created_metrics,
 )
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric  # noqa: E402
-from prometheus_client.openmetrics import exposition as openmetrics  # noqa: E402
 from prometheus_client.platform_collector import PlatformCollector  # noqa: E402
 from prometheus_client.process_collector import ProcessCollector  # noqa: E402
 from prometheus_client.registry import Collector, CollectorRegistry  # noqa: E402
-from prometheus_client.utils import parse_version  # noqa: E402
+
+# The light encoder reaches past the documented API (name escaping and ``parse_version`` came in
+# 0.23.1): where any of it is missing, every scrape goes to the library's own choose_encoder.
+try:
+    from prometheus_client.openmetrics import exposition as openmetrics
+    from prometheus_client.utils import parse_version
+
+    _ESCAPINGS: tuple[str, ...] | None = (
+        openmetrics.ALLOWUTF8,
+        openmetrics.UNDERSCORES,
+        openmetrics.DOTS,
+        openmetrics.VALUES,
+    )
+except (ImportError, AttributeError):
+    _ESCAPINGS = None
 
 __all__ = [
     "Collector",
@@ -103,11 +117,16 @@ __all__ = [
     "ProcessCollector",
     "choose_encoder",
     "disable_created_metrics",
+    "light_encoder_available",
     "package_completed",
 ]
 
 Encoder = Callable[[Collector], bytes]
-_ESCAPINGS = (openmetrics.ALLOWUTF8, openmetrics.UNDERSCORES, openmetrics.DOTS, openmetrics.VALUES)
+
+
+def light_encoder_available() -> bool:
+    """Whether this prometheus_client has what the light OpenMetrics encoder uses."""
+    return _ESCAPINGS is not None
 
 
 def _parameters(media_range: str) -> dict[str, str]:
@@ -124,7 +143,7 @@ def _openmetrics_choice(accept: str) -> tuple[Encoder, str] | None:
     """What prometheus_client's choose_encoder answers when the first entry of ``accept`` is
     OpenMetrics it serves (no version, or 1.0.0 and later); None for any other header."""
     first = accept.split(",", maxsplit=1)[0]
-    if first.split(";")[0].strip() != "application/openmetrics-text":
+    if _ESCAPINGS is None or first.split(";")[0].strip() != "application/openmetrics-text":
         return None
     parameters = _parameters(first)
     version = parameters.get("version", "")

@@ -97,3 +97,39 @@ def test_encoder_choice_matches_the_library(accept: str) -> None:
     theirs, their_type = exposition.choose_encoder(accept)
     assert our_type == their_type
     assert ours(registry) == theirs(registry)
+
+
+def test_serve_in_device_plugin_mode_loads_no_api_client() -> None:
+    """A device-plugin daemon, built as `serve` builds it, loads neither the API-server seam nor
+    any client library: that mode's memory at rest does not pay for DRA."""
+    answer = _in_fresh_interpreter(
+        "import json, sys, tempfile, pathlib\n"
+        "import kae_deviceplugin.cli.main\n"
+        "from kae_deviceplugin.cli.demo import demo_settings\n"
+        "from kae_deviceplugin.daemon.run import build_daemon\n"
+        "build_daemon(demo_settings(pathlib.Path(tempfile.mkdtemp())))\n"
+        "names = ('kae_deviceplugin.apiserver', 'kae_deviceplugin.dra', 'lightkube',\n"
+        "    'kubernetes')\n"
+        "print(json.dumps({'loaded': sorted(m for m in sys.modules if m.startswith(names))}))"
+    )
+    assert answer == {"loaded": []}
+
+
+def test_without_the_light_names_every_scrape_uses_the_library_encoder() -> None:
+    """A prometheus_client lacking what the light encoder reaches for (as before 0.23.1): the
+    module still imports, and OpenMetrics scrapes get exactly the library's own answer."""
+    answer = _in_fresh_interpreter(
+        "import json\n"
+        "import prometheus_client.utils as utils\n"
+        "del utils.parse_version\n"
+        "from kae_deviceplugin import prometheus_lite\n"
+        "from prometheus_client import CollectorRegistry, Counter, exposition\n"
+        "registry = CollectorRegistry()\n"
+        "Counter('demo_events', 'Events.', registry=registry).inc()\n"
+        "accept = 'application/openmetrics-text; version=1.0.0'\n"
+        "ours, our_type = prometheus_lite.choose_encoder(accept)\n"
+        "theirs, their_type = exposition.choose_encoder(accept)\n"
+        "print(json.dumps({'light': prometheus_lite.light_encoder_available(),\n"
+        "    'same': ours(registry) == theirs(registry) and our_type == their_type}))"
+    )
+    assert answer == {"light": False, "same": True}
