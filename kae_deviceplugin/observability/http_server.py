@@ -68,11 +68,9 @@ class _Connection:
 def _head_end(buffer: bytearray, searched_from: int) -> int:
     """Index just past the blank line ending a request head, or -1."""
     start = max(0, searched_from - 3)
-    for marker in (b"\r\n\r\n", b"\n\n"):
-        at = buffer.find(marker, start)
-        if at >= 0:
-            return at + len(marker)
-    return -1
+    # The first blank line, whichever line ending it has: a later one may be a pipelined request.
+    ends = [at + len(m) for m in (b"\r\n\r\n", b"\n\n") if (at := buffer.find(m, start)) >= 0]
+    return min(ends, default=-1)
 
 
 class BoundedHttpServer:
