@@ -198,7 +198,7 @@ class BoundedHttpServer:
         searched = len(connection.head)
         connection.head += chunk
         end = _head_end(connection.head, searched)
-        if end < 0:
+        if end < 0 or end > MAX_HEAD:  # a head must fit in MAX_HEAD bytes, its end included
             if len(connection.head) > MAX_HEAD:
                 self._respond(connection, TOO_LARGE)
             return
