@@ -68,11 +68,9 @@ class _Connection:
 def _head_end(buffer: bytearray, searched_from: int) -> int:
     """Index just past the blank line ending a request head, or -1."""
     start = max(0, searched_from - 3)
-    for marker in (b"\r\n\r\n", b"\n\n"):
-        at = buffer.find(marker, start)
-        if at >= 0:
-            return at + len(marker)
-    return -1
+    # The first blank line, whichever line ending it has: a later one may be a pipelined request.
+    ends = [at + len(m) for m in (b"\r\n\r\n", b"\n\n") if (at := buffer.find(m, start)) >= 0]
+    return min(ends, default=-1)
 
 
 class BoundedHttpServer:
@@ -200,7 +198,7 @@ class BoundedHttpServer:
         searched = len(connection.head)
         connection.head += chunk
         end = _head_end(connection.head, searched)
-        if end < 0:
+        if end < 0 or end > MAX_HEAD:  # a head must fit in MAX_HEAD bytes, its end included
             if len(connection.head) > MAX_HEAD:
                 self._respond(connection, TOO_LARGE)
             return
