@@ -89,6 +89,7 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
 */}}
 {{- define "kae.configFile" -}}
 {{- $c := .Values.config -}}
+{{- include "kae.rules.duration" (list "config.scanInterval" $c.scanInterval) -}}
 {{- $engines := dict
       "hpre" (dict "enabled" .Values.operator.enabledHPRE "shares" $c.engines.hpre.shares "functions" $c.engines.hpre.functions)
       "sec" (dict "enabled" .Values.operator.enabledSEC "shares" $c.engines.sec.shares "functions" $c.engines.sec.functions)
