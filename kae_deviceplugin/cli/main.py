@@ -197,8 +197,9 @@ def doctor_command(*, output: str, nfd_features_file: str, **paths: Any) -> None
     "serve_on",
     metavar="HOST:PORT",
     default=None,
-    help="Keep serving after the tour, with /metrics, /readyz and /allocations on HOST:PORT, "
-    "until Ctrl-C: `serve` run locally against the bundled kubelet emulator.",
+    help="Keep serving after the tour, with /metrics, /readyz and /allocations on HOST:PORT "
+    "(port 0: any free port, printed), until Ctrl-C: `serve` run locally against the bundled "
+    "kubelet and pod-resources emulators.",
 )
 def demo_command(tree: str, serve_on: str | None) -> None:
     """Run the real daemon on a bundled node against a kubelet emulator, and show what it sees."""

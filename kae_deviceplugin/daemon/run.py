@@ -12,7 +12,12 @@ from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.daemon.hotplug import udev_task
 from kae_deviceplugin.daemon.memory import release_startup_memory
-from kae_deviceplugin.daemon.preflight import check_roots, prepare_socket_dir
+from kae_deviceplugin.daemon.preflight import (
+    check_kubelet_root,
+    check_listen,
+    check_roots,
+    prepare_socket_dir,
+)
 from kae_deviceplugin.daemon.supervisor import Daemon
 from kae_deviceplugin.errors import KaeDevicePluginError
 from kae_deviceplugin.observability import http, nfd
@@ -40,6 +45,8 @@ def run_serve(settings: Settings, source: ConfigSource | None = None) -> int:
     """Run serve to its end; the exit code (see the README's table of exit codes)."""
     try:
         check_roots(settings)
+        check_kubelet_root(settings)
+        check_listen(settings.metrics_address)
         daemon = build_daemon(settings, source)
         registrar = daemon.server_set.registrar
         prepare_socket_dir(daemon.socket_dir, registrar.socket_dir_role)
