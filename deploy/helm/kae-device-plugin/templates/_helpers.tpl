@@ -119,3 +119,12 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
       "env" (dict "uadkNumaHint" $c.env.uadkNumaHint "opensslEngines" $c.env.opensslEngines) -}}
 {{- toYaml $file }}
 {{- end }}
+
+{{/*
+True (non-empty) when this release renders the NodeFeatureRule: nfd.nodefeaturerules true, or auto
+where the API server serves NFD's CRDs (so a default install works without NFD).
+*/}}
+{{- define "kae.rendersNodeFeatureRule" -}}
+{{- $rule := toString .Values.nfd.nodefeaturerules }}
+{{- if or (eq $rule "true") (and (eq $rule "auto") (.Capabilities.APIVersions.Has "nfd.k8s-sigs.io/v1alpha1")) }}true{{ end }}
+{{- end }}
