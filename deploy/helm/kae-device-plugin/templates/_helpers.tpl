@@ -128,3 +128,10 @@ where the API server serves NFD's CRDs (so a default install works without NFD).
 {{- $rule := toString .Values.nfd.nodefeaturerules }}
 {{- if or (eq $rule "true") (and (eq $rule "auto") (.Capabilities.APIVersions.Has "nfd.k8s-sigs.io/v1alpha1")) }}true{{ end }}
 {{- end }}
+
+{{/*
+Where the namespaced objects go: the chart's own namespace with psa.enabled, else the release's.
+*/}}
+{{- define "kae.namespace" -}}
+{{- if .Values.psa.enabled }}{{ .Values.psa.namespace }}{{ else }}{{ .Release.Namespace }}{{ end }}
+{{- end }}
