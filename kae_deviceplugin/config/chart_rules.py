@@ -45,6 +45,10 @@ CHART_ONLY: Final[Mapping[str, Node]] = {
     "kubeletRootDir": {"not": {"pattern": "^/+$"}},
     "config.stateDir": {"not": {"pattern": "^/+$"}},
 }
+# A configuration's name names its DaemonSet (<fullname>-<name>, at most 63 characters) and is a
+# node label's value: a DNS label, short enough to leave room for the release's name.
+CONFIG_NAME_PATTERN: Final = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+CONFIG_NAME_MAX: Final = 30
 DURATION_TEMPLATE: Final = "kae.rules.duration"
 # Every chart value that is a duration written as text, checked by DURATION_TEMPLATE.
 DURATION_VALUES: Final = tuple(
@@ -123,7 +127,25 @@ def with_generated(schema: Node) -> Node:
         for part in parents:
             parent = parent["properties"][part]
         parent["properties"][name] = node
+    schema["properties"]["configs"] = {
+        "type": "object",
+        "description": "Per-node configurations: name -> a part of config, for the nodes "
+        "labelled openfuyao.com/kae.config=<name>.",
+        "propertyNames": {"pattern": CONFIG_NAME_PATTERN, "maxLength": CONFIG_NAME_MAX},
+        "additionalProperties": _without_required(schema["properties"]["config"]),
+    }
     return schema
+
+
+def _without_required(node: Node) -> Node:
+    """``node`` where no key is required: a per-node configuration overrides any part of it."""
+    copy = {key: value for key, value in node.items() if key != "required"}
+    if "properties" in copy:
+        copy["properties"] = {
+            key: _without_required(value) if isinstance(value, dict) else value
+            for key, value in copy["properties"].items()
+        }
+    return copy
 
 
 def render_schema(text: str) -> str:
