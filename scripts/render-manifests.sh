@@ -36,8 +36,10 @@ render() {
     mkdir -p "${dir}/manifests" "${dir}/nfd"
     {
         header "Install: kubectl apply -f deploy/nfd/ (with NFD >= v0.13), then kubectl apply -f deploy/manifests/"
-        "${HELM}" template "${RELEASE}" "${CHART}" --namespace "${NAMESPACE}" \
-            --set psa.enabled=true --set nfd.nodefeaturerules=false
+        # psa.enabled puts every object in psa.namespace; the release namespace only names where
+        # Helm would keep its record, which kubectl apply has none of.
+        "${HELM}" template "${RELEASE}" "${CHART}" --namespace default \
+            --set psa.enabled=true --set psa.namespace="${NAMESPACE}" --set nfd.nodefeaturerules=false
     } >"${dir}/manifests/kae-device-plugin.yaml"
     {
         header "Labels KAE nodes openfuyao.com/kae.{hpre,sec,zip,present}=true from their PCI IDs."

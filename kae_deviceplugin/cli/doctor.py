@@ -1,10 +1,11 @@
 """`kae-deviceplugin doctor`: why a node shows fewer KAE devices than expected, check by check.
 
-The checks follow the path from hardware to a pod: KAE drivers loaded, the uacce class, each
-device's health (with the fix for each reason), ``/dev`` nodes, the kubelet's directories and
-sockets, a daemon running and registered (its ``/readyz``), the NFD feature file. Each check is a
-function of the paths it reads and returns rows; only the daemon check talks to a process, with a
-short timeout. A ``fail`` row is something that keeps devices from pods (exit 1).
+The checks follow the path from hardware to a pod: the engines on the PCI bus and their drivers
+(:mod:`kae_deviceplugin.cli.hardware`), the uacce class, each device's health (with the fix for
+each reason), ``/dev`` nodes, the kubelet's directories and sockets, a daemon running and
+registered (its ``/readyz``), the NFD feature file. Each check is a function of the paths it
+reads and returns rows; only the daemon check talks to a process, with a short timeout. A
+``fail`` row is something that keeps devices from pods (exit 1).
 """
 
 from __future__ import annotations
@@ -17,34 +18,20 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from kae_deviceplugin.cli.allocations import endpoint_url
+from kae_deviceplugin.cli.checks import Row, Status
+from kae_deviceplugin.cli.hardware import check_hardware
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.health import DEV_NODE_MISSING, REASON_FIXES
 from kae_deviceplugin.core.model import Inventory
-from kae_deviceplugin.discovery.scan import module_version, scan
+from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.observability import nfd
 
 HTTP_TIMEOUT = 1.0
-
-
-class Status(StrEnum):
-    OK = "ok"
-    WARN = "warn"  # worth knowing, keeps no device from a pod
-    FAIL = "fail"  # keeps devices from pods
-    SKIP = "skip"  # not checked (disabled, or nothing to check)
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    check: str
-    status: Status
-    detail: str
-    fixes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,37 +45,17 @@ class Targets:
     nfd_features_file: Path | None
 
 
-def check_drivers(sysfs_root: Path, inventory: Inventory) -> list[Row]:
-    """Each engine's driver module under ``module/`` (a built-in one shows only by its devices)."""
-    rows: list[Row] = []
-    for engine in ENGINES:
-        module = sysfs_root / "module" / engine.driver
-        has_devices = any(d.engine == engine.name for d in inventory)
-        if module.is_dir():
-            version = module_version(str(module)) or "unknown"
-            rows.append(Row(f"driver {engine.driver}", Status.OK, f"loaded, version {version}"))
-        elif has_devices:
-            rows.append(Row(f"driver {engine.driver}", Status.OK, "built into the kernel"))
-        else:
-            fix = f"modprobe {engine.driver} (openEuler's KAE driver packages); then see dmesg"
-            rows.append(Row(f"driver {engine.driver}", Status.WARN, "not loaded", (fix,)))
-    if all(row.status is Status.WARN for row in rows):
-        others = sorted(p.name for p in (sysfs_root / "module").glob("hisi_*"))
-        detail = f"no KAE driver loaded (other hisi_* modules: {', '.join(others) or 'none'})"
-        fix = "load hisi_hpre, hisi_sec2 and hisi_zip (and the KAE licence where a model needs one)"
-        rows.append(Row("drivers", Status.FAIL, detail, (fix,)))
-    return rows
-
-
-def check_uacce_class(sysfs_root: Path, inventory: Inventory) -> list[Row]:
+def check_uacce_class(sysfs_root: Path, inventory: Inventory, hardware: bool) -> list[Row]:
     """The class directory the drivers register their devices in, and what it holds."""
     class_dir = sysfs_root / "class" / "uacce"
+    if not hardware:
+        return [Row("uacce class", Status.SKIP, "no KAE hardware: no uacce device to expect")]
     if not class_dir.is_dir():
-        fix = "load the KAE drivers (they pull in uacce); check `lspci -d 19e5:` lists the engines"
+        fix = "see the engine rows above: they name each function and its driver"
         return [Row("uacce class", Status.FAIL, f"{class_dir} does not exist", (fix,))]
     rows = [Row("uacce class", Status.WARN, warning) for warning in inventory.warnings]
     if not inventory.devices:
-        fix = "check the engines are present (`lspci -d 19e5:`) and what the drivers say in dmesg"
+        fix = "see the engine rows above: they name each function and its driver"
         rows.append(Row("uacce class", Status.FAIL, f"no KAE device in {class_dir}", (fix,)))
     else:
         counts = ", ".join(
@@ -228,8 +195,8 @@ def run_checks(targets: Targets) -> list[Row]:
         rows = [Row("sysfs", Status.FAIL, f"{targets.sysfs_root} is not a directory", (fix,))]
         inventory = Inventory()
     else:
-        rows = [*check_drivers(targets.sysfs_root, inventory)]
-        rows += check_uacce_class(targets.sysfs_root, inventory)
+        rows, hardware = check_hardware(targets.sysfs_root, inventory)
+        rows += check_uacce_class(targets.sysfs_root, inventory, hardware)
     rows += check_devices(inventory)
     rows += check_dev_nodes(targets.dev_root, inventory)
     rows += check_kubelet(targets.kubelet_root)

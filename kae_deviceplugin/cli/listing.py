@@ -98,10 +98,22 @@ def _row(device: UacceDevice) -> tuple[str, ...]:
     )
 
 
+NO_DEVICES = "no KAE devices found: `kae-deviceplugin doctor` says why (hardware, driver, uacce)"
+
+
+def totals(inventory: Inventory) -> str:
+    """The closing line: how many devices, and how many of them pods can get."""
+    healthy = sum(d.healthy for d in inventory)
+    count = len(inventory)
+    unhealthy = count - healthy
+    line = f"{count} device{'s' * (count != 1)}: {healthy} healthy, {unhealthy} unhealthy"
+    return line + (" (`kae-deviceplugin doctor` gives the fixes)" if unhealthy else "")
+
+
 def render_table(inventory: Inventory) -> str:
     if not inventory.devices:
-        return "no KAE devices found"
+        return NO_DEVICES
     rows: Sequence[tuple[str, ...]] = [_HEADER, *(_row(d) for d in inventory)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADER))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join([*(line.rstrip() for line in lines), totals(inventory)])

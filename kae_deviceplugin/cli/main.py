@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -13,6 +13,7 @@ import click
 from kae_deviceplugin import __version__
 from kae_deviceplugin.cli.serve import load_settings, overrides_from, serve_options
 from kae_deviceplugin.config.resolve import check_config
+from kae_deviceplugin.config.rules import did_you_mean
 from kae_deviceplugin.config.schema import ENV_PREFIX, OPTIONS_BY_FIELD, default_of
 from kae_deviceplugin.daemon.run import run_serve
 from kae_deviceplugin.discovery.scan import scan
@@ -65,6 +66,29 @@ output_option = option(
 @click.version_option(__version__, prog_name="kae-deviceplugin")
 def main() -> None:
     """Kubernetes device plugin for the Kunpeng Acceleration Engine (HPRE, SEC, ZIP)."""
+    for line in unknown_variables(os.environ):
+        click.echo(line, err=True)
+
+
+def known_variables() -> set[str]:
+    """Every KAE_DP_* variable an option of some command reads."""
+    known: set[str] = set()
+    for command in main.commands.values():
+        for param in command.params:
+            envvar = getattr(param, "envvar", None)
+            known.update([envvar] if isinstance(envvar, str) else envvar or ())
+    return known
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """A warning for each KAE_DP_* variable no option reads (a typo is ignored, not applied)."""
+    known = known_variables()
+    lines = []
+    for name in sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in known):
+        guess = did_you_mean(name.removeprefix(ENV_PREFIX), [k[len(ENV_PREFIX) :] for k in known])
+        hint = f"; did you mean {ENV_PREFIX}{guess}?" if guess else ""
+        lines.append(f"warning: {name} is not a kae-deviceplugin variable, so it is ignored{hint}")
+    return lines
 
 
 @main.command("list")
@@ -197,8 +221,9 @@ def doctor_command(*, output: str, nfd_features_file: str, **paths: Any) -> None
     "serve_on",
     metavar="HOST:PORT",
     default=None,
-    help="Keep serving after the tour, with /metrics, /readyz and /allocations on HOST:PORT, "
-    "until Ctrl-C: `serve` run locally against the bundled kubelet emulator.",
+    help="Keep serving after the tour, with /metrics, /readyz and /allocations on HOST:PORT "
+    "(port 0: any free port, printed), until Ctrl-C: `serve` run locally against the bundled "
+    "kubelet and pod-resources emulators.",
 )
 def demo_command(tree: str, serve_on: str | None) -> None:
     """Run the real daemon on a bundled node against a kubelet emulator, and show what it sees."""

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final
 
 from kae_deviceplugin.core.ids import MAX_SHARES
@@ -28,6 +29,11 @@ _DURATION_PART = re.compile(rf"({_NUMBER})({_UNIT})")
 _DURATION = re.compile(rf"([+-]?)((?:{_NUMBER}(?:{_UNIT}))+|{_NUMBER})")
 _HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?:\.(?!-)[A-Za-z0-9-]{1,63})*\.?")
 _DURATION_WHY = "must be a number of seconds or a duration such as 500ms, 1s, 2m"
+SCAN_INTERVAL_WHY: Final = "must be more than 0s and at most 1h"
+# The spellings above, for the chart's value rules (config/chart_rules.py): one grammar for both.
+UNITS: Final = MappingProxyType(_UNITS)
+NUMBER_PATTERN: Final = _NUMBER
+DURATION_PATTERN: Final = _DURATION.pattern
 TRUE_WORDS: Final = ("true", "yes", "on", "1")
 FALSE_WORDS: Final = ("false", "no", "off", "0")
 
@@ -73,9 +79,12 @@ def boolean(value: object) -> bool:
     return text in TRUE_WORDS
 
 
+SHARES_TEXT_PATTERN: Final = r"\s*[+-]?[0-9]{1,18}\s*"  # a count written as text (flags, env)
+
+
 def shares(value: object) -> int:
     """How many containers may hold one device: a whole number from 1 to MAX_SHARES."""
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]{1,18}\s*", value):
+    if isinstance(value, str) and re.fullmatch(SHARES_TEXT_PATTERN, value):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SHARES:
         raise ValueError(f"must be a whole number from 1 to {MAX_SHARES}")
@@ -118,7 +127,7 @@ def scan_interval(value: object) -> float:
     """A duration above 0 and at most an hour."""
     seconds = parse_duration(value)
     if not 0 < seconds <= MAX_SCAN_INTERVAL:
-        raise ValueError("must be more than 0s and at most 1h")
+        raise ValueError(SCAN_INTERVAL_WHY)
     return seconds
 
 

@@ -2,17 +2,21 @@
 
 Each failure names the path, the cause and what to do. A root that does not exist is a mistake
 in the invocation (exit 2, as for any bad option value); a directory the daemon cannot create or
-write is a problem of the environment (exit 3). A node without ``class/uacce`` is not an error:
-the daemon starts, says so, and serves the devices when the drivers appear.
+write, or a metrics address it cannot listen on (a busy port), is a problem of the environment
+(exit 3): the DaemonSet restarts the pod, and its log says why. A node without ``class/uacce``
+is not an error: the daemon starts, says so, and serves the devices when the drivers appear.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
+from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.errors import EXIT_USAGE, StartupError
+from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, StartupError
+from kae_deviceplugin.observability.http import listen
 
 log = logging.getLogger(__name__)
 
@@ -36,3 +40,43 @@ def check_roots(settings: Settings) -> None:
             "(`kae-deviceplugin doctor` explains why)",
             settings.sysfs_root / CLASS_DIR,
         )
+
+
+def check_kubelet_root(settings: Settings) -> None:
+    """Refuse a kubelet root that is missing or not a directory, when our sockets go below it.
+
+    Creating it would only wait forever for a kubelet that uses another root; a file there is a
+    typo, not a permission problem. (The pod-resources socket below it is only read, and optional.)
+    """
+    root = settings.kubelet_root
+    if settings.device_plugin_dir is not None and settings.registration != "plugin-watcher":
+        return
+    if root.is_dir():
+        return
+    why = "is not a directory" if root.exists() else "does not exist"
+    raise StartupError(
+        f"--kubelet-root {root} {why}; it must name the kubelet's --root-dir "
+        "(default /var/lib/kubelet; k0s: /var/lib/k0s/kubelet)",
+        code=EXIT_USAGE,
+    )
+
+
+def check_listen(address: str, flag: str = "--metrics-address") -> None:
+    """Bind ``address`` once and let go, so a busy port stops the start (exit 3), not later.
+
+    Port 0 (any free port) and "" (no endpoint) need no check.
+    """
+    if not address:
+        return
+    host, port = parse_address(address)
+    if port == 0:
+        return
+    try:
+        listen(host, port).close()
+    except OSError as err:
+        cause = os.strerror(err.errno).lower() if err.errno else str(err)
+        off = f' ({flag} "" turns the endpoint off)' if flag == "--metrics-address" else ""
+        raise StartupError(
+            f"{flag} {address}: cannot listen ({cause}); free the port or choose another{off}",
+            code=EXIT_ENVIRONMENT,
+        ) from None

@@ -21,7 +21,7 @@ from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.daemon.host_files import remove_if_unused
 from kae_deviceplugin.daemon.hotplug import udev_task
 from kae_deviceplugin.daemon.memory import release_startup_memory
-from kae_deviceplugin.daemon.preflight import check_roots
+from kae_deviceplugin.daemon.preflight import check_kubelet_root, check_listen, check_roots
 from kae_deviceplugin.daemon.scanloop import ScanLoop
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats, RootTask
 from kae_deviceplugin.deviceplugin.frontend import DevicePluginFrontEnd
@@ -37,13 +37,16 @@ EmbeddedTask = Callable[["DevicePluginDaemon"], Coroutine[Any, Any, None]]
 DevicePluginDaemon = Daemon[DevicePluginFrontEnd]
 
 
-def optional_tasks(settings: Settings, daemon: DevicePluginDaemon) -> list[RootTask]:
+def optional_tasks(
+    settings: Settings, daemon: DevicePluginDaemon, endpoint: http.EndpointTask | None = None
+) -> list[RootTask]:
     """Root tasks beside the scan loop and the front end's; each survives every outside failure
-    and may simply return when it has nothing (more) to do."""
+    and may simply return when it has nothing (more) to do. ``endpoint`` serves the HTTP
+    endpoint (a caller that must learn the port it bound passes its own)."""
     scan = daemon.scan
     tasks: list[RootTask] = [functools.partial(udev_task, scan), release_startup_memory]
     if settings.metrics_address:
-        tasks.append(functools.partial(http.metrics_task, daemon))
+        tasks.append(functools.partial((endpoint or http.EndpointTask()).run, daemon))
     if settings.nfd_features_file is not None:
         tasks.append(functools.partial(nfd.nfd_task, scan))
     return tasks
@@ -56,6 +59,7 @@ def build_daemon(
     *,
     counters: Counters | None = None,
     with_optional: bool = True,
+    endpoint: http.EndpointTask | None = None,
 ) -> DevicePluginDaemon:
     """Every part of a device-plugin daemon, built once and wired here.
 
@@ -93,7 +97,7 @@ def build_daemon(
         stopping,
         cleanup=remove_if_unused,
     )
-    for task in optional_tasks(settings, daemon) if with_optional else []:
+    for task in optional_tasks(settings, daemon, endpoint) if with_optional else []:
         daemon.add_task(task)
     for embedded in extra_tasks:
         daemon.add_task(functools.partial(embedded, daemon))
@@ -104,6 +108,8 @@ def run_serve(settings: Settings, source: ConfigSource | None = None) -> int:
     """Run serve to its end; the exit code (see the README's table of exit codes)."""
     try:
         check_roots(settings)
+        check_kubelet_root(settings)
+        check_listen(settings.metrics_address)
         daemon = build_daemon(settings, source)
         daemon.front.prepare()  # a socket directory it cannot use: one line and exit 3, now
         log.info(

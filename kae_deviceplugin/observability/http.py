@@ -266,8 +266,3 @@ class EndpointTask:
             "serving /metrics, /healthz, /readyz, /allocations on %s (port %d)", address, self.port
         )
         return True
-
-
-async def metrics_task(daemon: Observed) -> None:
-    """The root task to add to the daemon when ``metrics_address`` is not empty."""
-    await EndpointTask().run(daemon)

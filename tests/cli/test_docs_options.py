@@ -1,29 +1,55 @@
-"""Every ``--option`` the README and the docs name exists, or belongs to another named tool."""
+"""Every ``--option`` and chart value the docs name exists, or belongs to another named tool."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 
 from kae_deviceplugin.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = ("README.md", "docs/configuration.md", "docs/architecture.md")
+CHART = REPO / "deploy" / "helm" / "kae-device-plugin"
+# The documents about this project's CLI, settings and chart (image.md and e2e.md are about
+# other tools' command lines: buildah, docker, ctr).
+DOCS = (
+    "README.md",
+    "CHANGELOG.md",
+    "docs/configuration.md",
+    "docs/architecture.md",
+    "docs/internals.md",
+    "docs/observability.md",
+    "docs/upgrading.md",
+    "docs/compatibility.md",
+)
+CHART_DOCS = (*DOCS, "deploy/helm/kae-device-plugin/README.md", "docs/image.md", "docs/e2e.md")
 # Options of other programs the docs show, each with the tool it belongs to.
 OTHER_TOOLS = {
-    "--check": "scripts/render-config-reference.py, sysfs_fixtures/generate.py",
+    "--check": "scripts/render-config-reference.py, scripts/render-chart-schema.py, "
+    "sysfs_fixtures/generate.py",
     "--create-namespace": "helm",
     "--namespace": "helm",
     "--set": "helm",
+    "--reuse-values": "helm",
+    "--dry-run": "helm",
     "--isolation": "buildah",
+    "--platform": "docker buildx",
+    "--build-arg": "docker buildx",
+    "--push": "docker buildx",
     "--only": "benchmarks/run.py",
     "--quick": "benchmarks/run.py",
+    "--smoke": "benchmarks/cluster.py",
     "--root-dir": "the kubelet",
-    "--strict": "mypy",
+    "--strict": "mypy, kubernetes-validate",
 }
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]")
+# A chart value as the docs write it: `--set a.b=...`, or `a.b` in backticks.
+SET_VALUE = re.compile(r"--set(?:-string|-json)?[ =]([A-Za-z][\w.]*)=")
+FILE_SUFFIXES = {"yaml", "json", "md", "txt", "tpl", "sock"}  # `config.yaml` is a file name
+TICKED_VALUE = re.compile(r"`([a-z][A-Za-z0-9]*(?:\.[A-Za-z][A-Za-z0-9]*)+)(?:=[^`]*)?`")
 
 
 def our_options() -> set[str]:
@@ -44,3 +70,56 @@ def test_every_option_the_docs_name_exists() -> None:
     named = {m[0]: doc for doc in DOCS for m in OPTION.finditer((REPO / doc).read_text())}
     unknown = {option: doc for option, doc in named.items() if option not in ours}
     assert set(unknown) <= set(OTHER_TOOLS), f"options the code does not have: {unknown}"
+
+
+def chart_accepts(schema: dict[str, Any], path: str) -> bool:
+    """Whether values.schema.json has the value at ``path``: each part a property, or a key of
+    a map (``configs.<name>`` continues with config's own properties; a free-form map such as
+    ``nodeSelector`` takes any key)."""
+    node = schema
+    for part in path.split("."):
+        extra = node.get("additionalProperties")
+        if part in node.get("properties", {}):
+            node = node["properties"][part]
+        elif isinstance(extra, dict) and "properties" in extra:
+            node = extra
+        else:  # a free-form map takes any key; anything else does not have this one
+            return isinstance(extra, dict) or (
+                node.get("type") == "object" and "properties" not in node
+            )
+    return True
+
+
+def named_chart_values(text: str, top_level: set[str]) -> set[str]:
+    """The chart values a document names: each `--set` key, and each ticked dotted name whose
+    first part is a top-level chart value (`engines.hpre.enabled` is a daemon file key)."""
+    named = {m[1] for m in SET_VALUE.finditer(text)}
+    named |= {m[1] for m in TICKED_VALUE.finditer(text) if m[1].split(".")[0] in top_level}
+    return {name for name in named if name.rpartition(".")[2] not in FILE_SUFFIXES}
+
+
+def test_every_chart_value_the_docs_name_exists() -> None:
+    """A chart value renamed or removed in values.schema.json fails here until the docs follow."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    top_level = set(schema["properties"])
+    missing = {
+        value: doc
+        for doc in CHART_DOCS
+        for value in named_chart_values((REPO / doc).read_text(), top_level)
+        if not chart_accepts(schema, value)
+    }
+    assert not missing, f"chart values the chart does not have: {missing}"
+
+
+def test_the_chart_value_check_can_fail() -> None:
+    """A misspelt value is caught, whether ticked or set; a daemon file key is left alone."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    names = named_chart_values(
+        "`psa.namespaces` and --set nfd.requireLabels=false, `engines.hpre.enabled`",
+        set(schema["properties"]),
+    )
+    assert names == {"psa.namespaces", "nfd.requireLabels"}
+    assert not any(chart_accepts(schema, name) for name in names)
+    assert chart_accepts(schema, "configs.vf-only.engines.sec.functions")
+    assert not chart_accepts(schema, "configs.vf-only.engines.sec.function")
+    assert chart_accepts(schema, "podLabels.team")

@@ -10,10 +10,14 @@ from typing import Any
 from click.testing import CliRunner
 
 from kae_deviceplugin.cli.main import main
+from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.health import ALL_REASONS, REASON_FIXES
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.observability.nfd import FeatureFile, feature_labels
+from kae_deviceplugin.testing.node_cases import CASES
 from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator
+from kae_deviceplugin.testing.sysfs_builder import set_driver_bound
+from kae_deviceplugin.testing.sysfs_trees import KUNPENG920_PFS
 from tests.support.observability_harness import observed_node
 
 FIXTURES = Path(__file__).resolve().parents[2] / "sysfs_fixtures"
@@ -65,14 +69,14 @@ def test_faults_tree_names_each_unhealthy_device_with_the_fix_per_reason(tmp_pat
     )
 
 
-def test_empty_node_fails_at_the_drivers_and_the_class(tmp_path: Path) -> None:
-    """No module, no class directory: doctor says so first, and the table says what blocks."""
+def test_empty_node_fails_at_the_hardware_and_suggests_no_driver(tmp_path: Path) -> None:
+    """No KAE function on the bus: doctor says so once, and suggests no modprobe or lspci."""
     code, report = doctor("empty-node", "--kubelet-root", str(tmp_path))
     assert code == 1
     rows = by_check(report)
-    assert rows["drivers"][0]["status"] == "fail"
-    assert rows["uacce class"][0]["status"] == "fail"
-    assert "does not exist" in rows["uacce class"][0]["detail"]
+    assert rows["hardware"][0]["status"] == "fail"
+    assert "no KAE hardware on this node" in rows["hardware"][0]["detail"]
+    assert rows["uacce class"][0]["status"] == "skip"
     assert rows["/dev nodes"][0]["status"] == "skip"
     assert rows["kubelet"][0]["status"] == "fail"  # no device-plugins dir under the given root
     table = CliRunner().invoke(
@@ -81,7 +85,74 @@ def test_empty_node_fails_at_the_drivers_and_the_class(tmp_path: Path) -> None:
     )
     assert table.exit_code == 1
     assert table.stdout.splitlines()[-1].endswith("keep devices from pods")
-    assert "fix: load the KAE drivers" in table.stdout
+    assert "modprobe" not in table.stdout and "lspci" not in table.stdout
+
+
+def case_report(tmp_path: Path, case: str) -> dict[str, list[dict[str, Any]]]:
+    """doctor's rows, by check, on one of the node cases built under ``tmp_path``."""
+    CASES[case](tmp_path)
+    args = ["doctor", "-o", "json", "--sysfs-root", str(tmp_path / "sys")]
+    args += ["--dev-root", str(tmp_path / "dev"), "--nfd-features-file", ""]
+    result = CliRunner().invoke(main, [*args, "--metrics-address", "", "--kubelet-root", "/none"])
+    assert result.exit_code == 1, result.output
+    text = result.stdout
+    assert "lspci" not in text and "<" not in text, text  # no placeholder, no missing tool
+    return by_check(json.loads(text))
+
+
+def test_an_x86_node_is_told_it_has_no_kae_hardware(tmp_path: Path) -> None:
+    """Other vendors' PCI functions and a CPU without MIDR_EL1: no hardware, no driver advice."""
+    rows = case_report(tmp_path, "no-kae-hardware")
+    (hardware,) = rows["hardware"]
+    assert hardware["status"] == "fail"
+    assert "no KAE hardware on this node" in hardware["detail"]
+    assert "none of the 2 PCI functions" in hardware["detail"] and "not arm64" in hardware["detail"]
+    assert not any(check.startswith("engine ") for check in rows)
+    assert "modprobe" not in json.dumps(rows)
+
+
+def test_engines_without_a_driver_name_their_addresses_and_module(tmp_path: Path) -> None:
+    """Kunpeng 920 engines on the bus, no module: each engine names its PFs and its modprobe."""
+    rows = case_report(tmp_path, "driver-not-loaded")
+    assert rows["hardware"][0]["status"] == "ok"
+    assert "HiSilicon Kunpeng 920" in rows["hardware"][0]["detail"]
+    for engine in ENGINES:
+        (row,) = rows[f"engine {engine.name}"]
+        assert row["status"] == "fail" and "driver not loaded" in row["detail"]
+        addresses = [a for (d, _), (a, _) in KUNPENG920_PFS.items() if d == engine.driver]
+        assert all(address in row["detail"] for address in addresses)
+        assert row["fixes"] == [
+            f"on the node: modprobe {engine.driver} (openEuler's KAE driver packages provide it)"
+        ]
+
+
+def test_a_driver_loaded_without_uacce_says_uacce_mode(tmp_path: Path) -> None:
+    """Bound drivers loaded with uacce_mode=0: the fix reloads that module with uacce_mode=1."""
+    rows = case_report(tmp_path, "no-uacce-device")
+    for engine in ENGINES:
+        (row,) = rows[f"engine {engine.name}"]
+        assert row["status"] == "fail"
+        assert f"driver {engine.driver} loaded, no uacce device" in row["detail"]
+        driver = engine.driver
+        assert f"modprobe -r {driver} && modprobe {driver} uacce_mode=1" in row["fixes"][0]
+    assert rows["uacce class"][0]["status"] == "fail"
+
+
+def test_a_function_bound_to_another_driver_is_named_with_its_rebind(tmp_path: Path) -> None:
+    """An HPRE PF taken by vfio-pci: the row names both drivers and the sysfs rebind."""
+    CASES["no-uacce-device"](tmp_path)
+    set_driver_bound(tmp_path, "0000:79:00.0", True, "vfio-pci")
+    result = CliRunner().invoke(
+        main,
+        ["doctor", "-o", "json", "--sysfs-root", str(tmp_path / "sys"), "--metrics-address", "",
+         "--nfd-features-file", "", "--dev-root", str(tmp_path / "dev")],
+    )  # fmt: skip
+    (row,) = by_check(json.loads(result.stdout))["engine hpre"]
+    assert "0000:79:00.0 to vfio-pci" in row["detail"]
+    assert row["fixes"] == [
+        "echo 0000:79:00.0 > /sys/bus/pci/drivers/vfio-pci/unbind; "
+        "echo 0000:79:00.0 > /sys/bus/pci/drivers/hisi_hpre/bind"
+    ]
 
 
 def test_a_healthy_node_with_a_registered_daemon_passes(tmp_path: Path) -> None:
@@ -137,3 +208,17 @@ def test_a_malformed_metrics_address_is_one_failing_row() -> None:
     code, report = doctor("kunpeng920-2p", "--metrics-address", "nonsense")
     (row,) = by_check(report)["daemon"]
     assert code == 1 and row["status"] == "fail" and "nonsense" in row["detail"]
+
+
+def test_a_loaded_driver_not_bound_to_a_function_names_the_bind(tmp_path: Path) -> None:
+    """A ZIP PF left unbound while hisi_zip is loaded: the fix binds exactly that address."""
+    CASES["no-uacce-device"](tmp_path)
+    set_driver_bound(tmp_path, "0000:b5:00.0", False)
+    result = CliRunner().invoke(
+        main,
+        ["doctor", "-o", "json", "--sysfs-root", str(tmp_path / "sys"), "--metrics-address", "",
+         "--nfd-features-file", "", "--dev-root", str(tmp_path / "dev")],
+    )  # fmt: skip
+    (row,) = by_check(json.loads(result.stdout))["engine zip"]
+    assert row["detail"] == "driver hisi_zip loaded, not bound to 0000:b5:00.0"
+    assert row["fixes"][0] == "on the node: echo 0000:b5:00.0 > /sys/bus/pci/drivers/hisi_zip/bind"

@@ -147,3 +147,33 @@ def test_prometheus_rule_passes_promtool(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "3 rules found" in out.stdout
+
+
+def rendered_notes(tmp_path: Path, *args: str) -> str:
+    """NOTES.txt as `helm install` prints it: `helm template` leaves NOTES out, so a copy of the
+    chart renders the same text through `tpl` into a manifest."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "NOTES.check")
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        'notes: {{ tpl (.Files.Get "NOTES.check") . | toJson }}\n'
+    )
+    out = helm_run(
+        "template", "kae", str(chart), "--namespace", NAMESPACE,
+        "--show-only", "templates/zz-notes.yaml", *args,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    notes: str = yaml.safe_load(out.stdout)["notes"]
+    return notes
+
+
+def test_notes_warn_when_no_rule_labels_the_nodes_the_daemonset_selects(tmp_path: Path) -> None:
+    """Without the NodeFeatureRule and with requireLabel, NOTES says no node will match and how
+    to fix it; with the rule, or without the label requirement, it does not."""
+    warned = rendered_notes(tmp_path / "a")
+    assert "WARNING: no NodeFeatureRule was installed" in warned
+    assert "no node will run the plugin" in warned and "nfd.requireLabel=false" in warned
+    assert "WARNING" not in rendered_notes(tmp_path / "b", "--api-versions", NFD_API)
+    assert "WARNING" not in rendered_notes(tmp_path / "c", "--set", "nfd.requireLabel=false")
+    forced_off = rendered_notes(tmp_path / "d", "--set", "nfd.nodefeaturerules=false")
+    assert "nfd.nodefeaturerules=false)" in forced_off

@@ -454,23 +454,43 @@ def test_device_plugin_disabled_renders_no_daemonset() -> None:
     assert [o["kind"] for o in objs] == ["NodeFeatureRule"]
 
 
-def test_psa_labels_the_namespace_privileged_and_keeps_it() -> None:
-    """psa.enabled renders the release namespace enforcing `privileged`, kept on uninstall."""
-    namespace = one(render(FULL_VALUES), "Namespace")
-    assert namespace["metadata"]["name"] == NAMESPACE
+def test_psa_creates_the_plugin_namespace_privileged_and_puts_every_object_there() -> None:
+    """psa.enabled renders psa.namespace enforcing `privileged`, kept on uninstall, and every
+    namespaced object in it, while the release itself may live in `default` (one command)."""
+    objs = render(None, "psa.enabled=true", namespace="default")
+    namespace = one(objs, "Namespace")
+    assert namespace["metadata"]["name"] == "kae-system"
     labels = namespace["metadata"]["labels"]
     for mode in ("enforce", "audit", "warn"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "privileged"
     assert namespace["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    placed = {o["kind"]: o["metadata"].get("namespace") for o in objs if o["kind"] != "Namespace"}
+    assert placed and set(placed.values()) == {"kae-system"}, placed
     assert not of_kind(render(), "Namespace")
+    full = render(FULL_VALUES, namespace="default")
+    assert one(full, "Namespace")["metadata"]["name"] == "kae-plugin"
+    monitor = one(full, "ServiceMonitor")
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == ["kae-plugin"]
 
 
-def test_psa_refuses_to_take_over_shared_namespaces() -> None:
+@pytest.mark.parametrize("namespace", ["kube-system", "default"])
+def test_psa_refuses_to_take_over_shared_namespaces(namespace: str) -> None:
     """Labelling kube-system or default from a chart would be a surprise: it fails instead."""
     out = helm_run(
-        "template", "kae", str(CHART), "--namespace", "kube-system", "--set", "psa.enabled=true"
+        "template", "kae", str(CHART), "--namespace", "elsewhere",
+        "--set", f"psa.enabled=true,psa.namespace={namespace}",
+    )  # fmt: skip
+    assert out.returncode != 0 and f'psa.namespace "{namespace}"' in out.stderr, out.stderr
+
+
+def test_psa_refuses_the_release_namespace_with_the_one_command_that_works() -> None:
+    """`-n kae-system --set psa.enabled=true` is the seed's failing install (the release record
+    needs the namespace first): refused at render time, naming the command that works."""
+    out = helm_run(
+        "template", "kae", str(CHART), "--namespace", "kae-system", "--set", "psa.enabled=true"
     )
-    assert out.returncode != 0 and "kube-system" in out.stderr
+    assert out.returncode != 0
+    assert "helm install kae deploy/helm/kae-device-plugin --set psa.enabled=true" in out.stderr
 
 
 def test_node_feature_rule_labels_each_engine_by_its_pci_ids() -> None:

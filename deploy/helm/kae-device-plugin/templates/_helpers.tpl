@@ -89,6 +89,8 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
 */}}
 {{- define "kae.configFile" -}}
 {{- $c := .Values.config -}}
+{{- $where := ternary (printf "configs.%s" (toString .configName)) "config" (not (empty .configName)) -}}
+{{- include "kae.rules.duration" (list (printf "%s.scanInterval" $where) $c.scanInterval) -}}
 {{- $engines := dict
       "hpre" (dict "enabled" .Values.operator.enabledHPRE "shares" $c.engines.hpre.shares "functions" $c.engines.hpre.functions)
       "sec" (dict "enabled" .Values.operator.enabledSEC "shares" $c.engines.sec.shares "functions" $c.engines.sec.functions)
@@ -117,4 +119,58 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
       "engines" $engines
       "env" (dict "uadkNumaHint" $c.env.uadkNumaHint "opensslEngines" $c.env.opensslEngines) -}}
 {{- toYaml $file }}
+{{- end }}
+
+{{/*
+True (non-empty) when this release renders the NodeFeatureRule: nfd.nodefeaturerules true, or auto
+where the API server serves NFD's CRDs (so a default install works without NFD).
+*/}}
+{{- define "kae.rendersNodeFeatureRule" -}}
+{{- $rule := toString .Values.nfd.nodefeaturerules }}
+{{- if or (eq $rule "true") (and (eq $rule "auto") (.Capabilities.APIVersions.Has "nfd.k8s-sigs.io/v1alpha1")) }}true{{ end }}
+{{- end }}
+
+{{/*
+Where the namespaced objects go: the chart's own namespace with psa.enabled, else the release's.
+*/}}
+{{- define "kae.namespace" -}}
+{{- if .Values.psa.enabled }}{{ .Values.psa.namespace }}{{ else }}{{ .Release.Namespace }}{{ end }}
+{{- end }}
+
+{{/*
+Per-node configurations (configs: {<name>: <partial config>}). A variant is the default ("") or one
+of those names; "kae.variants" lists them, default first, as JSON. Each template that renders per
+variant ranges over it and renders with (include "kae.variantContext"): the root context whose
+.Values.config has the variant's overrides merged in, plus .configName.
+*/}}
+{{- define "kae.variants" -}}
+{{- concat (list "") (keys .Values.configs | sortAlpha) | toJson }}
+{{- end }}
+
+{{- define "kae.configLabel" -}}openfuyao.com/kae.config{{- end }}
+
+{{/* Object name of a variant's DaemonSet and ConfigMap. */}}
+{{- define "kae.variantName" -}}
+{{- if .configName }}
+{{- printf "%s-%s" (include "kae.fullname" .) .configName | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- include "kae.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The node-affinity expression that keeps each node to one variant: a named configuration's
+DaemonSet takes only nodes labelled with its name, the default one every node not labelled with a
+configured name (a label naming no configuration falls back to the default).
+*/}}
+{{- define "kae.variantAffinity" -}}
+{{- if .configName }}
+- key: {{ include "kae.configLabel" . }}
+  operator: In
+  values: [{{ .configName | quote }}]
+{{- else if .Values.configs }}
+- key: {{ include "kae.configLabel" . }}
+  operator: NotIn
+  values: {{ keys .Values.configs | sortAlpha | toJson }}
+{{- end }}
 {{- end }}

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Rewrite the chart's generated value rules from the daemon's settings table.
+
+Writes the daemon-setting nodes of deploy/helm/kae-device-plugin/values.schema.json (the rest of
+that file is written by hand) and templates/_value_rules.tpl (the duration range check).
+
+Usage: python scripts/render-chart-schema.py [--check]
+tests/deploy/test_value_rules.py fails when the committed files are stale.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # render from this checkout's rules, not an installed copy's
+
+from kae_deviceplugin.config.chart_rules import (  # noqa: E402 -- needs the path above
+    render_duration_template,
+    render_schema,
+)
+
+CHART = ROOT / "deploy" / "helm" / "kae-device-plugin"
+SCHEMA = CHART / "values.schema.json"
+TEMPLATE = CHART / "templates" / "_value_rules.tpl"
+
+
+def main() -> int:
+    wanted = {
+        SCHEMA: render_schema(SCHEMA.read_text(encoding="utf-8")),
+        TEMPLATE: render_duration_template(),
+    }
+    stale = [p for p, text in wanted.items() if not p.exists() or p.read_text("utf-8") != text]
+    if "--check" in sys.argv[1:]:
+        for path in stale:
+            print(f"{path} is stale: run scripts/render-chart-schema.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(wanted[path], encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
