@@ -28,7 +28,8 @@ from kae_deviceplugin.discovery.attributes import (
 )
 from kae_deviceplugin.discovery.entry_watch import EntryWatch
 from kae_deviceplugin.discovery.fd_budget import BY_PATH, FdBudget
-from kae_deviceplugin.discovery.scan import VOLATILE_ATTRIBUTES, DeviceRead, volatile_fields
+from kae_deviceplugin.discovery.scan import DeviceRead
+from kae_deviceplugin.discovery.volatile import VOLATILE_ATTRIBUTES, volatile_fields
 
 ISOLATE, DEV_STATE, AVAILABLE = range(len(VOLATILE_ATTRIBUTES))
 # Read errors on a kept file that mean the file (and so its device) is gone.

@@ -33,7 +33,8 @@ from kae_deviceplugin.core.model import Function, Health, Inventory, UacceDevice
 from kae_deviceplugin.discovery import fd_budget, incremental, watched
 from kae_deviceplugin.discovery.fd_budget import on_sysfs
 from kae_deviceplugin.discovery.incremental import IncrementalScanner
-from kae_deviceplugin.discovery.scan import VOLATILE_ATTRIBUTES, scan
+from kae_deviceplugin.discovery.scan import DeviceReader, scan
+from kae_deviceplugin.discovery.volatile import VOLATILE_ATTRIBUTES
 from kae_deviceplugin.testing.sysfs_builder import (
     DeviceSpec,
     add_dev_node,
@@ -598,14 +599,15 @@ def test_invalidate_from_another_thread_is_not_lost(tree: Path) -> None:
     """invalidate() while a tick runs still makes a later tick a full pass."""
     with make(tree, full_every=NEVER) as scanner:
         scanner.scan()
-        original = scanner._read
+        watch_set = scanner._set
+        original = watch_set.read
 
-        def read_and_invalidate(name: str):  # type: ignore[no-untyped-def]
+        def read_and_invalidate(reader: DeviceReader, name: str) -> UacceDevice | None:
             scanner.invalidate()
-            return original(name)
+            return original(reader, name)
 
         set_attribute(tree, "hisi_sec2-0", "isolate", "1")  # makes that device be read again
-        with mock.patch.object(scanner, "_read", read_and_invalidate):
+        with mock.patch.object(watch_set, "read", read_and_invalidate):
             scanner.scan()
         passes = scanner.full_passes
         scanner.scan()
