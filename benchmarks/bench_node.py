@@ -183,13 +183,23 @@ class ServedNode:
 
 
 def spawn(
-    root: Path, work: Path, log: Path, config: str | None = None, mode: Mode = TICKS
+    root: Path,
+    work: Path,
+    log: Path,
+    config: str | None = None,
+    *,
+    mode: Mode = TICKS,
+    checkout: Path | None = None,
 ) -> tuple[subprocess.Popen[bytes], float]:
-    """Start `serve` on the tree at ``root`` in ``mode``; also when it started (monotonic)."""
+    """Start `serve` on the tree at ``root`` in ``mode`` (from ``checkout``, another copy of
+    the repository, when given: ``-m`` imports from the working directory); also when it
+    started (monotonic)."""
     command, env = mode.command(serve_command(root, work, config), root)
     with log.open("ab") as sink:
         started = time.monotonic()
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=checkout
+        )
     return process, started
 
 
@@ -206,7 +216,12 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
 
 @contextmanager
 def served(
-    tree: Tree, *, wait: bool = True, config: str | None = None, mode: Mode = TICKS
+    tree: Tree,
+    *,
+    wait: bool = True,
+    config: str | None = None,
+    mode: Mode = TICKS,
+    checkout: Path | None = None,
 ) -> Iterator[ServedNode]:
     """Build ``tree``, start a kubelet emulator and `serve` in ``mode`` (with ``config`` as its
     file if given); stop both on exit."""
@@ -214,7 +229,9 @@ def served(
         inventory = build(tree_dir, tree)
         kubelet = KubeletEmulator(plugin_dir(work), dial_timeout=5.0)
         kubelet.start()
-        process, started = spawn(tree_dir, work, work / "daemon.log", config, mode)
+        process, started = spawn(
+            tree_dir, work, work / "daemon.log", config, mode=mode, checkout=checkout
+        )
         node = ServedNode(
             tree_dir, plugin_dir(work), inventory, kubelet, process, started, work / "daemon.log"
         )

@@ -85,9 +85,9 @@ class EntryWatch:
         return cls(library, fd) if fd >= 0 else None
 
     def add(self, directory: str, mask: int = ENTRY_MASK) -> bool:
-        """Watch ``directory`` (once); False when the kernel refuses (e.g. out of watches)."""
-        if directory in self.watched:
-            return True
+        """Watch ``directory``; False when the kernel refuses (e.g. out of watches). Asked
+        again for a path already watched, the kernel watches what is there now: the same
+        directory keeps its one watch, a directory re-created under that path gets one."""
         if self._library.inotify_add_watch(self.fd, os.fsencode(directory), mask) < 0:
             return False
         self.watched.add(directory)

@@ -9,13 +9,18 @@ While a device exists, most of what ``scan()`` reads is fixed (``api``, ``flags`
 where nothing moved returns the same :class:`Inventory` object, so callers can skip their work
 with an ``is`` check.
 
-What is read when (the README lists each signal's detection latency):
+What is read when (docs/performance.md lists each signal's detection latency in each mode):
 
 * every tick: ``dev_state``, ``isolate`` (PFs); while no uevents cover them
-  (:meth:`~IncrementalScanner.uevents_cover_links`), also the ``class/uacce`` listing, the
-  ``/dev`` nodes and the driver links;
+  (:meth:`~IncrementalScanner.uevents_cover_links`), also whatever can have changed without one,
+  looked at only where it can change: one ``getdents64`` of ``class/uacce`` compared with the
+  last (:mod:`.dirents`), one read of an inotify watch of ``/dev`` and, off sysfs, of the PCI
+  functions' directories (the driver links; on sysfs an unbind removes the uacce device, which
+  the listing and its kept files show). Only when one of them moved are the ``/dev`` nodes and
+  driver links of every device looked at;
 * on the tick after :meth:`~IncrementalScanner.invalidate` (a uevent, a reload) and every
-  ``full_every`` ticks (30; 300 while uevents cover the links): everything, as ``scan()`` reads
+  ``full_every`` ticks (30; 300 while uevents or inotify watches cover the links): everything,
+  as ``scan()`` reads
   it, ``available_instances`` included. That one is not read per tick: its value in the
   inventory is the last full pass's, and the metrics read it when scraped.
 
@@ -49,47 +54,53 @@ from kae_deviceplugin.discovery.watchset import WatchSet
 log = logging.getLogger(__name__)
 
 DEFAULT_FULL_EVERY = 30
-# While uevents cover what a tick stops looking at, the full pass is the safety net for what
-# changes without one (a /dev node deleted by hand, a static attribute of a fake tree).
+# While uevents (or, without them, inotify watches of /dev and the driver links) cover what a
+# tick stops looking at, the full pass is the safety net for what changes without one (a /dev
+# node deleted by hand while uevents cover, a static attribute of a fake tree).
 DEFAULT_FULL_EVERY_WITH_UEVENTS = 300
 # Ticks redone after running out of descriptors, each with half the fds kept before.
 _STARVED_RETRIES = 3
 
 
 class Cadence:
-    """When the next full pass is due: ``every`` ticks after the last one (``with_uevents``
-    while uevents cover the links), and on the first tick after :meth:`request`."""
+    """When the next full pass is due: ``every`` ticks after the last one (``long`` ticks while
+    uevents or watches cover the links), and on the first tick after a request."""
 
-    def __init__(self, every: int, with_uevents: int) -> None:
-        self.every, self.with_uevents = every, with_uevents
+    def __init__(self, every: int, long: int) -> None:
+        self.every, self.long = every, long
         self.until_full = 0  # 0: due (first tick, after close())
         self.requested = 0  # invalidate() calls, from any thread
         self.served = 0  # of those, the ones a full pass began after
+        self.covered = False  # the long cadence is in force
 
     def due(self) -> bool:
         return self.until_full <= 0 or self.requested != self.served
 
-    def covered(self, before: bool, now: bool) -> None:
-        """Uevents start or stop covering the links."""
-        if now is not before and self.until_full > 0:
+    def cover(self, covered: bool) -> None:
+        """Uevents or watches start or stop covering the links."""
+        if covered is not self.covered and self.until_full > 0:
             # The next full pass is due as many ticks after the last one as the new cadence
             # says: the first one, made before the udev task started, counted 30, not 300.
             # (At 0 a full pass is due anyway: first tick, after close(), after invalidate().)
-            longer = self.with_uevents - self.every
-            self.until_full += longer if now else -longer
+            longer = self.long - self.every
+            self.until_full += longer if covered else -longer
+        self.covered = covered
 
-    def began(self, requested: int, uevents: bool) -> None:
+    def began(self, requested: int, covered: bool) -> None:
         """A full pass begins, serving every request up to ``requested``."""
         self.served = requested
-        self.until_full = self.with_uevents if uevents else self.every
+        self.covered = covered
+        self.until_full = self.long if covered else self.every
 
 
 class IncrementalScanner:
     """``sysfs.scan()`` for a loop: equal answers, most of the work done once per device.
 
-    Static attributes are refreshed every ``full_every`` ticks and after :meth:`invalidate`.
+    Static attributes are refreshed every ``full_every`` ticks (300 while uevents or watches
+    cover the links) and after :meth:`invalidate`.
     ``max_fds`` caps the descriptors kept open (default: the soft RLIMIT_NOFILE less
-    ``RESERVED_FDS``; off sysfs one inotify descriptor more); ``verify_files`` forces (True) or
+    ``RESERVED_FDS``; besides, an inotify descriptor and, without uevents, ``class/uacce``
+    itself); ``verify_files`` forces (True) or
     skips (False) the link-count check that notices files replaced under an open descriptor,
     which by default runs unless the tree is on sysfs, where a removed file reads ENODEV instead.
     """
@@ -148,8 +159,10 @@ class IncrementalScanner:
         """Whether uevents now report devices added and removed, /dev nodes and driver links
         (the udev task says so once its monitor works, and takes it back if it fails): then
         ticks stop looking at them and rely on :meth:`invalidate` and a rarer full pass."""
-        self._cadence.covered(self._uevents, covered)
+        if self._uevents and not covered:  # events lost? and nothing watches /dev, links yet
+            self._cadence.requested += 1
         self._uevents = covered
+        self._cadence.cover(covered or self._set.links_watched)
         self._quiet = None
 
     @property
@@ -220,6 +233,8 @@ class IncrementalScanner:
         # With uevents, entries come and go only with an event, which makes the tick a full pass.
         names = self._names if self._uevents and not full else None
         if names is None:
+            if not self._uevents:
+                self._set.snapshot(self._reader.class_dir)
             listing = self._reader.entries()
             if isinstance(listing, Inventory):  # no class/uacce (no KAE) or it cannot be listed
                 self._release_all()
@@ -228,8 +243,7 @@ class IncrementalScanner:
             names = self._names = listing
             self._set.forget_unlisted(names)
         picked = self._read_listed(names)
-        if self._uevents:
-            self._quiet = self._set.quiet_check(len(names))
+        self._quiet = self._set.quiet_check(names, links=not self._uevents)
         return self._settle(picked, tuple(self._reader.warnings))
 
     def _read_listed(self, names: list[str]) -> list[UacceDevice]:
@@ -273,8 +287,8 @@ class IncrementalScanner:
         self._reader = DeviceReader(self.sysfs_root, self.dev_root)
         if self._verify is None:
             self._verify = not on_sysfs(self._reader.sysfs_root)
-        self._set.start(self._verify)
-        self._cadence.began(requested, self._uevents)
+        self._set.start(self._verify, None if self._uevents else self._reader.dev_root)
+        self._cadence.began(requested, self._uevents or self._set.links_watched)
         self._dev.size = 0  # measure /dev again: it may have shrunk since the last listing
         self.full_passes += 1
 

@@ -66,7 +66,8 @@ class DeviceReader:
         self.dev_root = str(dev_root)
         self.class_dir = f"{self.sysfs_root}/class/uacce"
         self.warnings: list[str] = []
-        self.drivers: dict[str, tuple[str, str | None]] = {}  # driver dir -> name, version
+        # driver dir -> whether it is one, its name, its module's version
+        self.drivers: dict[str, tuple[bool, str, str | None]] = {}
 
     def warn(self, message: str) -> None:
         # A value, not a log line: a broken entry is met on every tick, and the daemon logs
@@ -159,7 +160,7 @@ class DeviceReader:
             attrs("dev_state"),
             attrs("available_instances"),
         )
-        driver_bound = os.path.isdir(f"{pci_dir}/driver")
+        driver_bound, driver, driver_version = self.driver_of(pci_dir)
         volatile = volatile_fields(
             readings,
             dev_node_exists=os.path.exists(f"{self.dev_root}/{name}"),
@@ -168,7 +169,6 @@ class DeviceReader:
         )
         function, parent_pf = self.function_of(pci_dir, engine)
         algorithms = attrs("algorithms")
-        driver, driver_version = self.driver_of(pci_dir) if driver_bound else (None, None)
         device = UacceDevice(
             name=name,
             engine=engine.name,
@@ -210,27 +210,34 @@ class DeviceReader:
                 return by_path, False
         return None, False
 
-    def driver_of(self, pci_dir: str) -> tuple[str | None, str | None]:
-        """The bound driver's name and its module's version, found through ``driver/module``.
+    def driver_of(self, pci_dir: str) -> tuple[bool, str | None, str | None]:
+        """Whether a driver is bound (its ``driver`` link leads to a directory), its name and
+        its module's version, found through ``driver/module``.
 
-        Devices share a handful of drivers, so each driver is looked up once per listing.
+        Devices share a handful of drivers, so each driver is looked up once per listing: one
+        ``readlink`` per device.
         """
+        link = f"{pci_dir}/driver"
         try:
-            driver_dir = os.path.normpath(os.path.join(pci_dir, os.readlink(f"{pci_dir}/driver")))
-        except OSError:
-            return None, None
-        if driver_dir not in self.drivers:
-            self.drivers[driver_dir] = (os.path.basename(driver_dir), _module_version(driver_dir))
-        return self.drivers[driver_dir]
+            driver_dir = os.path.normpath(os.path.join(pci_dir, os.readlink(link)))
+        except OSError as err:
+            # Not a link at all (EINVAL): a directory there still counts as bound, unnamed.
+            return err.errno == errno.EINVAL and os.path.isdir(link), None, None
+        known = self.drivers.get(driver_dir)
+        if known is None:
+            bound = os.path.isdir(driver_dir)
+            version = _module_version(driver_dir) if bound else None
+            known = self.drivers[driver_dir] = (bound, os.path.basename(driver_dir), version)
+        bound, name, version = known
+        return (True, name, version) if bound else (False, None, None)
 
     @staticmethod
     def function_of(pci_dir: str, engine: Engine) -> tuple[Function, str | None]:
-        physfn = f"{pci_dir}/physfn"
-        if os.path.islink(physfn):
-            try:
-                target = os.path.basename(os.readlink(physfn).rstrip("/"))
-            except OSError:
-                target = ""
+        try:
+            target = os.path.basename(os.readlink(f"{pci_dir}/physfn").rstrip("/"))
+        except OSError:  # no physfn link (absent, or not a link): not a VF by its link
+            target = None
+        if target is not None:
             return Function.VF, target if PCI_ADDRESS.match(target) else None
         device_id = text(read_attribute(f"{pci_dir}/device"))
         if device_id is not None and device_id.lower() == engine.vf_device_id:

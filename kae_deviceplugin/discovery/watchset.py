@@ -1,9 +1,14 @@
 """The devices the incremental scanner keeps between full reads, and the descriptors they hold.
 
 A :class:`WatchSet` owns every :class:`~.watched.WatchedDevice`, the PFs whose ``isolate`` their
-VFs follow, the descriptor budget and (off sysfs) the inotify watch of the kept files'
-directories. :mod:`.incremental` decides when to look; this module answers one listed entry from
-what is kept, reads it anew when that no longer holds, and gives every descriptor back.
+VFs follow, the descriptor budget and the inotify watch (:mod:`.entry_watch`) of the directories
+where what a tick would otherwise look at changes: off sysfs the kept files' directories; while
+no uevents cover them, ``/dev`` (a devtmpfs, which inotify watches) and, off sysfs, the PCI
+functions' directories, where the ``driver`` links are. On sysfs a driver's link needs no
+watch: unbinding removes the uacce device the driver made, so its entry leaves ``class/uacce``
+and its kept files read ENODEV. :mod:`.incremental` decides when to look; this module answers
+one listed entry from what is kept, reads it anew when that no longer holds, and gives every
+descriptor back.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import os
 
 from kae_deviceplugin.core.model import UacceDevice
+from kae_deviceplugin.discovery.dirents import DirEntries
 from kae_deviceplugin.discovery.entry_watch import EntryWatch
 from kae_deviceplugin.discovery.fd_budget import FdBudget
 from kae_deviceplugin.discovery.scan import DeviceReader
@@ -23,7 +29,9 @@ class WatchSet:
     """Watched devices by name, their isolate owners by PCI address, and their descriptors.
 
     ``verify`` (off sysfs): files replaced under a kept descriptor are looked for, through
-    ``entries`` (inotify) while it works, else through link counts.
+    ``entries`` (inotify) while it works, else through link counts. ``links_watched``: while
+    no uevents cover them, ``entries`` tells when a ``/dev`` node or (off sysfs) a driver link
+    may have moved, so a quiet tick need not look at each.
     """
 
     def __init__(self, budget: FdBudget) -> None:
@@ -33,14 +41,34 @@ class WatchSet:
         self.owners: dict[str, WatchedDevice] = {}  # PCI address -> a watched isolate owner
         self.new_followers: list[WatchedDevice] = []  # VFs read this tick
         self.entries: EntryWatch | None = None
+        self.links_watched = False
+        self.class_entries: DirEntries | None = None  # without uevents: class/uacce kept open
         self.reads = 0  # entries read fully, in full passes or one at a time
         self.unlisted = False  # an entry listed this tick was gone (the scanner resets it)
 
-    def start(self, verify: bool) -> None:
-        """A full pass begins (every descriptor already released)."""
+    def start(self, verify: bool, dev_root: str | None) -> None:
+        """A full pass begins (every descriptor already released); ``dev_root``: watch /dev
+        and the driver links, as no uevents cover them."""
         self.verify = verify
-        if verify:
-            self.entries = EntryWatch.open()  # None: quiet ticks check link counts instead
+        if verify or dev_root is not None:
+            self.entries = EntryWatch.open()  # None: link counts, and a look at each link
+        self.links_watched = dev_root is not None and self._watch(dev_root)
+
+    def snapshot(self, class_dir: str) -> None:
+        """Without uevents, before ``class/uacce`` is listed: what its entries are now, for
+        quiet ticks to compare with (a change after this is a difference on the next tick)."""
+        if self.class_entries is None:
+            self.class_entries = DirEntries(class_dir)
+        else:
+            self.class_entries.remember()  # the same descriptor: a slow tick opens nothing
+
+    def _watch(self, directory: str) -> bool:
+        """Watch ``directory``; out of watches: link counts and per-device looks from now on."""
+        entries = self.entries
+        if entries is not None and not entries.add(directory):
+            entries.close()
+            self.entries = None
+        return self.entries is not None
 
     def answer(
         self,
@@ -80,10 +108,10 @@ class WatchSet:
             return None  # skipped with a warning: read again next tick, as scan() would
         state = WatchedDevice(found, reader.dev_root)
         state.keep(state.tick_indexes(), self.budget)
-        entries = self.entries
-        if entries is not None and not entries.add(os.path.dirname(state.paths[0])):
-            entries.close()  # out of watches: link counts, as without inotify, from now on
-            self.entries = None
+        if self.verify:
+            self._watch(os.path.dirname(state.paths[0]))
+            if self.links_watched:
+                self.links_watched = self._watch(found.device.pci_path)
         # With nothing to watch nothing would tell that the device went away: read it each tick.
         if state.kept or state.by_path:
             self.devices[name] = state
@@ -101,11 +129,16 @@ class WatchSet:
                 state.adopt_isolate(self.budget)
         self.new_followers.clear()
 
-    def quiet_check(self, listed: int) -> QuietCheck | None:
-        """The fast check of a tick, when every one of ``listed`` entries is watched."""
-        if len(self.devices) != listed:  # some entry is read fully every tick
+    def quiet_check(self, names: list[str], links: bool) -> QuietCheck | None:
+        """The fast check of a tick, when every listed entry is watched; ``links``: no uevents
+        cover them, so the check also lists ``class/uacce`` and needs ``links_watched``."""
+        if len(self.devices) != len(names):  # some entry is read fully every tick
             return None
-        return quiet_check(self.devices.values(), self.verify, self.entries)
+        if not links:
+            return quiet_check(self.devices.values(), self.verify, self.entries)
+        if not self.links_watched or self.class_entries is None:
+            return None
+        return quiet_check(self.devices.values(), self.verify, self.entries, self.class_entries)
 
     def forget_unlisted(self, names: list[str]) -> None:
         devices = self.devices
@@ -129,6 +162,10 @@ class WatchSet:
         if self.entries is not None:
             self.entries.close()
             self.entries = None
+        self.links_watched = False
+        if self.class_entries is not None:
+            self.class_entries.close()
+            self.class_entries = None
 
     def release(self, state: WatchedDevice) -> None:
         for _, fd in state.kept:
