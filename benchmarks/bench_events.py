@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
 import time
 from functools import partial
+from pathlib import Path
 
 from bench_core import Figure, median, p99
+from bench_mode import Mode
 from bench_node import (
     ServedNode,
     build,
@@ -21,7 +24,7 @@ from bench_node import (
 )
 
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
-from kae_deviceplugin.testing.sysfs_builder import set_attribute
+from kae_deviceplugin.testing.sysfs_builder import find_uacce_dir
 
 DEFAULT_SCAN_INTERVAL = 1.0  # Settings().scan_interval; the daemon runs with its defaults
 HEALTH_TARGET = 1.0
@@ -30,11 +33,22 @@ DEADLINE = 30.0
 SETTLE = 0.3  # s between a re-registration and the next kubelet restart
 
 
-def health_change(node: ServedNode, flips: int, seed: int = 8) -> Figure:
+def write_in_place(root: Path, name: str, attribute: str, value: str) -> None:
+    """Change an attribute as the kernel does: the same file, new bytes. One ``pwrite`` of a
+    value as long as the old one, so no read ever sees it torn or empty."""
+    fd = os.open(find_uacce_dir(root, name) / attribute, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.pwrite(fd, f"{value}\n".encode(), 0)
+    finally:
+        os.close(fd)
+
+
+def health_change(node: ServedNode, flips: int, mode: Mode, seed: int = 8) -> Figure:
     """Write ``isolate`` 1/0 alternately; time each write to the ListAndWatch message showing it.
 
     Each write waits a random fraction of the scan interval first, so that writes land at every
-    phase of the daemon's scan loop instead of always just after a scan.
+    phase of the daemon's scan loop instead of always just after a scan. ``mode`` names the
+    node's mode (bench_mode.py) in the figure.
     """
     device = next(d for d in node.inventory.devices if d.healthy)
     rng = random.Random(seed)
@@ -50,18 +64,18 @@ def health_change(node: ServedNode, flips: int, seed: int = 8) -> Figure:
             )
 
         written = time.monotonic()
-        set_attribute(node.root, device.name, "isolate", isolate)
+        write_in_place(node.root, device.name, "isolate", isolate)
         if not node.kubelet.wait_for(shows, DEADLINE):
             raise RuntimeError(f"isolate={isolate} of {device.name} never reached the kubelet")
         state = node.kubelet.state(device.resource)
         assert state is not None and state.updated_at is not None
         latencies.append(state.updated_at - written)
     if flips % 2:  # leave the device healthy for whatever runs next on this node
-        set_attribute(node.root, device.name, "isolate", "0")
+        write_in_place(node.root, device.name, "isolate", "0")
     mid = median(latencies)
     return Figure(
-        key="health_change",
-        label=f"health change -> ListAndWatch ({flips} flips)",
+        key=f"health_change_{mode.key}",
+        label=f"health change -> ListAndWatch, {mode.label} ({flips} flips)",
         unit="s",
         median=mid,
         p99=p99(latencies),
@@ -110,14 +124,8 @@ def kubelet_restart(node: ServedNode, restarts: int, seed: int = 8) -> Figure:
             target=f"<= {REREGISTER_TARGET:g} s",
             met=False,
         )
-    times = [r.time for r in node.kubelet.registrations]
-    bounds = [*starts[1:], float("inf")]
-    calls = [sum(a <= t < b for t in times) for a, b in zip(starts, bounds, strict=True)]
+    counted = _register_calls(node, starts)
     mid = median(latencies)
-    counted = (
-        f"Register calls per restart: median {median(calls):g}, max {max(calls)} "
-        f"(ideal {len(node.resources)})"
-    )
     return Figure(
         key="kubelet_restart",
         label=f"kubelet restart -> all re-registered ({restarts} restarts)",
@@ -128,6 +136,17 @@ def kubelet_restart(node: ServedNode, restarts: int, seed: int = 8) -> Figure:
         target=f"<= {REREGISTER_TARGET:g} s",
         met=mid <= REREGISTER_TARGET and not failure,
         samples=latencies,
+    )
+
+
+def _register_calls(node: ServedNode, starts: list[float]) -> str:
+    """How many Register calls each restart drew (those between its start and the next's)."""
+    times = [r.time for r in node.kubelet.registrations]
+    bounds = [*starts[1:], float("inf")]
+    calls = [sum(a <= t < b for t in times) for a, b in zip(starts, bounds, strict=True)]
+    return (
+        f"Register calls per restart: median {median(calls):g}, max {max(calls)} "
+        f"(ideal {len(node.resources)})"
     )
 
 

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_mode import TICKS, Mode
 from bench_node import DEADLINE, plugin_dir, registered_since, scratch, stop
 from floor_plugin import RESOURCES as FLOOR_RESOURCES
 
@@ -32,14 +33,17 @@ class FloorNode:
 
 
 @contextmanager
-def floor_served(devices: int) -> Iterator[FloorNode]:
-    """Start the floor plugin beside a kubelet emulator; stop both on exit."""
+def floor_served(devices: int, mode: Mode = TICKS) -> Iterator[FloorNode]:
+    """Start the floor plugin (as ``mode`` runs a process) beside a kubelet emulator; stop both
+    on exit."""
     with scratch("kf", memory=False) as work:
         kubelet = KubeletEmulator(plugin_dir(work), dial_timeout=5.0)
         kubelet.start()
         started = time.monotonic()
-        command = [sys.executable, str(FLOOR_PLUGIN), "--plugin-dir", str(plugin_dir(work))]
-        process = subprocess.Popen([*command, "--devices", str(devices)])
+        command, env = mode.command(
+            [sys.executable, str(FLOOR_PLUGIN), "--plugin-dir", str(plugin_dir(work))], None
+        )
+        process = subprocess.Popen([*command, "--devices", str(devices)], env=env)
         try:
             if (
                 not kubelet.wait_for(

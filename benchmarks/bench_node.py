@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_mode import TICKS, Mode
+
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
@@ -181,13 +183,23 @@ class ServedNode:
 
 
 def spawn(
-    root: Path, work: Path, log: Path, config: str | None = None
+    root: Path,
+    work: Path,
+    log: Path,
+    config: str | None = None,
+    *,
+    mode: Mode = TICKS,
+    checkout: Path | None = None,
 ) -> tuple[subprocess.Popen[bytes], float]:
-    """Start `serve` on the tree at ``root``; also when it started (monotonic)."""
-    command = serve_command(root, work, config)
+    """Start `serve` on the tree at ``root`` in ``mode`` (from ``checkout``, another copy of
+    the repository, when given: ``-m`` imports from the working directory); also when it
+    started (monotonic)."""
+    command, env = mode.command(serve_command(root, work, config), root)
     with log.open("ab") as sink:
         started = time.monotonic()
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=checkout
+        )
     return process, started
 
 
@@ -203,14 +215,23 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
 
 
 @contextmanager
-def served(tree: Tree, *, wait: bool = True, config: str | None = None) -> Iterator[ServedNode]:
-    """Build ``tree``, start a kubelet emulator and `serve` (with ``config`` as its file if
-    given); stop both on exit."""
+def served(
+    tree: Tree,
+    *,
+    wait: bool = True,
+    config: str | None = None,
+    mode: Mode = TICKS,
+    checkout: Path | None = None,
+) -> Iterator[ServedNode]:
+    """Build ``tree``, start a kubelet emulator and `serve` in ``mode`` (with ``config`` as its
+    file if given); stop both on exit."""
     with scratch("kaebench") as tree_dir, scratch("kb", memory=False) as work:
         inventory = build(tree_dir, tree)
         kubelet = KubeletEmulator(plugin_dir(work), dial_timeout=5.0)
         kubelet.start()
-        process, started = spawn(tree_dir, work, work / "daemon.log", config)
+        process, started = spawn(
+            tree_dir, work, work / "daemon.log", config, mode=mode, checkout=checkout
+        )
         node = ServedNode(
             tree_dir, plugin_dir(work), inventory, kubelet, process, started, work / "daemon.log"
         )

@@ -19,6 +19,38 @@ TARGET = 1.3
 WARMUP = 50
 
 
+def interleaved(
+    stub: pb_grpc.DevicePluginStub, allocate: pb.AllocateRequest, calls: int
+) -> tuple[list[float], list[float]]:
+    """Seconds of ``calls`` Allocates and as many empty RPCs, after a warm-up."""
+    empty = pb.Empty()
+
+    def timed_allocate() -> float:
+        started = time.perf_counter()
+        stub.Allocate(allocate, timeout=10)
+        return time.perf_counter() - started
+
+    def timed_empty() -> float:
+        started = time.perf_counter()
+        stub.GetDevicePluginOptions(empty, timeout=10)
+        return time.perf_counter() - started
+
+    for _ in range(WARMUP):
+        timed_allocate()
+        timed_empty()
+    allocs: list[float] = []
+    empties: list[float] = []
+    for i in range(calls):
+        # Alternating the order cancels any cost of going first after the other call.
+        if i % 2:
+            allocs.append(timed_allocate())
+            empties.append(timed_empty())
+        else:
+            empties.append(timed_empty())
+            allocs.append(timed_allocate())
+    return allocs, empties
+
+
 def allocate_vs_empty(node: ServedNode, calls: int) -> list[Figure]:
     """``calls`` Allocates and as many empty RPCs, alternating which goes first."""
     device = next(d for d in node.inventory.devices if d.healthy)
@@ -26,33 +58,8 @@ def allocate_vs_empty(node: ServedNode, calls: int) -> list[Figure]:
     allocate = pb.AllocateRequest(
         container_requests=[pb.ContainerAllocateRequest(devices_ids=[device.pci_address])]
     )
-    empty = pb.Empty()
     with grpc.insecure_channel(f"unix://{socket}") as channel:
-        stub = pb_grpc.DevicePluginStub(channel)
-
-        def timed_allocate() -> float:
-            started = time.perf_counter()
-            stub.Allocate(allocate, timeout=10)
-            return time.perf_counter() - started
-
-        def timed_empty() -> float:
-            started = time.perf_counter()
-            stub.GetDevicePluginOptions(empty, timeout=10)
-            return time.perf_counter() - started
-
-        for _ in range(WARMUP):
-            timed_allocate()
-            timed_empty()
-        allocs: list[float] = []
-        empties: list[float] = []
-        for i in range(calls):
-            # Alternating the order cancels any cost of going first after the other call.
-            if i % 2:
-                allocs.append(timed_allocate())
-                empties.append(timed_empty())
-            else:
-                empties.append(timed_empty())
-                allocs.append(timed_allocate())
+        allocs, empties = interleaved(pb_grpc.DevicePluginStub(channel), allocate, calls)
     allocs_ms = [x * 1000 for x in allocs]
     empties_ms = [x * 1000 for x in empties]
     alloc_p50, alloc_p99 = median(allocs_ms), p99(allocs_ms)

@@ -1,16 +1,17 @@
 """How cost grows with the node: the same figures for several device counts, and for shares.
 
 For each case (10, 100, 1,000 and 4,000 devices, and 1,000 devices with 16 shares each) the
-in-process figures (CPU time of this thread, medians) and the figures of a `serve` process on
-the same tree, all cases idling side by side in one window:
+in-process figures (CPU time of this thread, medians) and the figures of a `serve` process per
+mode (bench_mode.py) on the same tree, every case and mode idling side by side in one window:
 
-* full scan: ``scan()`` of the tree; tick: a quiet tick of the scan loop's ``IncrementalScanner``
-  with uevents covering the links (the daemon's state while udev works), read as on sysfs (no
-  link-count check: see the README);
+* full scan: ``scan()`` of the tree; ticks of the scan loop's ``IncrementalScanner`` read as on
+  sysfs (no link-count check: see the README): a quiet tick with uevents covering the links
+  (the production mode), and a tick of the every-tick mode (no udev);
 * ListAndWatch: building the message of every ID of the case (devices x shares), and its size;
 * idle CPU (% of one core) and RSS at the end of the window, of the daemon at default settings
-  (the shares through a configuration file);
-* Allocate p50 of one ID, against an empty RPC on the same channel, interleaved.
+  (the shares through a configuration file), in each mode;
+* Allocate p50 of one ID, against an empty RPC on the same channel, interleaved (every-tick
+  daemon: the mode does not touch Allocate).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 import grpc
 from bench_core import Figure, median
+from bench_mode import MODES, TICKS, Mode, missing
 from bench_node import ServedNode, build, cpu_seconds, rss_mib, scratch, served
 from bench_scan import timed
 
@@ -58,14 +60,16 @@ def cases(sizes: Sequence[int], shared: tuple[int, int]) -> list[Case]:
 
 
 def in_process(case: Case, repeats: int) -> dict[str, float]:
-    """Full scan, quiet tick, ListAndWatch build and size for ``case``'s tree (CPU ms)."""
+    """Full scan, ticks in both modes, ListAndWatch build and size for ``case``'s tree (CPU ms)."""
     with scratch("kaescale") as root:
         inventory = build(root, case.devices)
         sysfs, dev = root / "sys", root / "dev"
         full = timed(lambda: scan(sysfs, dev), max(2, repeats // 4))
-        with IncrementalScanner(sysfs, dev, verify_files=False) as scanner:
-            scanner.uevents_cover_links(True)
-            tick = timed(scanner.scan, repeats * 5)
+        ticks = {}
+        for mode in MODES:
+            with IncrementalScanner(sysfs, dev, verify_files=False) as scanner:
+                scanner.uevents_cover_links(mode.uevents)
+                ticks[f"tick_{mode.key}"] = median(timed(scanner.scan, repeats * 5).cpu)
         ids = [
             (device_id, "Healthy", d.numa_node)
             for d in inventory
@@ -75,7 +79,7 @@ def in_process(case: Case, repeats: int) -> dict[str, float]:
         size = len(list_and_watch_response(ids).SerializeToString()) / 1024
     return {
         "full_scan": median(full.cpu),
-        "tick": median(tick.cpu),
+        **ticks,
         "lw_build": median(build_ms.cpu),
         "lw_size": size,
     }
@@ -112,37 +116,66 @@ def scale(
     """Every figure of every case; the README's growth table is ``growth_table`` of them."""
     plan = cases(sizes, shared)
     measured = {case.key: in_process(case, repeats) for case in plan}
+    modes = [mode for mode in MODES if missing(mode) is None]
+    runs = [(case, mode) for case in plan for mode in modes]
     with ExitStack() as stack:
-        nodes = [stack.enter_context(served(c.devices, config=c.config())) for c in plan]
+        nodes = [stack.enter_context(served(c.devices, config=c.config(), mode=m)) for c, m in runs]
         time.sleep(SETTLE)
-        for case, node in zip(plan, nodes, strict=True):
-            alloc, empty = allocate_p50(node, calls)
-            measured[case.key] |= {"allocate": alloc, "empty_rpc": empty}
+        for (case, mode), node in zip(runs, nodes, strict=True):
+            if mode == TICKS:
+                alloc, empty = allocate_p50(node, calls)
+                measured[case.key] |= {"allocate": alloc, "empty_rpc": empty}
         started = time.monotonic()
         before = [cpu_seconds(node.pid) for node in nodes]
         time.sleep(window)
         elapsed = time.monotonic() - started
-        for case, node, cpu0 in zip(plan, nodes, before, strict=True):
-            measured[case.key]["idle_cpu"] = 100 * (cpu_seconds(node.pid) - cpu0) / elapsed
-            measured[case.key]["rss"] = rss_mib(node.pid)
+        for (case, mode), node, cpu0 in zip(runs, nodes, before, strict=True):
+            cpu = 100 * (cpu_seconds(node.pid) - cpu0) / elapsed
+            measured[case.key] |= {
+                f"idle_cpu_{mode.key}": cpu,
+                f"rss_{mode.key}": rss_mib(node.pid),
+            }
     return [figure for case in plan for figure in case_figures(case, measured[case.key])]
 
 
-UNITS = {
-    "full_scan": ("full scan", "ms"),
-    "tick": ("quiet tick", "ms"),
-    "idle_cpu": ("idle CPU", "% core"),
-    "rss": ("RSS", "MiB"),
-    "lw_build": ("ListAndWatch build", "ms"),
-    "lw_size": ("ListAndWatch size", "KiB"),
-    "allocate": ("Allocate p50", "ms"),
-}
+def _units(modes: Sequence[Mode]) -> dict[str, tuple[str, str]]:
+    per_mode = {
+        f"{metric}_{mode.key}": (f"{name}, {mode.label}", unit)
+        for metric, name, unit in (("idle_cpu", "idle CPU", "% core"), ("rss", "RSS", "MiB"))
+        for mode in modes
+    }
+    return {
+        "full_scan": ("full scan", "ms"),
+        **{
+            f"tick_{m.key}": (f"{'quiet ' if m.uevents else ''}tick, {m.label}", "ms")
+            for m in modes
+        },
+        **per_mode,
+        "lw_build": ("ListAndWatch build", "ms"),
+        "lw_size": ("ListAndWatch size", "KiB"),
+        "allocate": ("Allocate p50", "ms"),
+    }
+
+
+UNITS = _units(MODES)
 
 
 def case_figures(case: Case, values: dict[str, float]) -> list[Figure]:
     figures = []
     for metric, (name, unit) in UNITS.items():
         ratio, reference = None, ""
+        if metric not in values:  # a mode that cannot run here
+            why = next((missing(m) for m in MODES if metric.endswith(m.key)), None) or "n/a"
+            figures.append(
+                Figure(
+                    f"scale_{case.key}_{metric}",
+                    f"scale, {case.label}: {name}",
+                    unit,
+                    None,
+                    note=why,
+                )
+            )
+            continue
         if metric == "allocate":
             ratio = values["allocate"] / values["empty_rpc"]
             reference = f"empty RPC p50 {values['empty_rpc']:.3f} ms"
@@ -175,7 +208,7 @@ def growth_table(figures: Sequence[Figure]) -> str:
         cells = [first.label.split(":")[0].removeprefix("scale, ")]
         for metric in UNITS:
             figure = row[metric]
-            value = f"{figure.median:.3g}" if figure.median is not None else ""
+            value = f"{figure.median:.3g}" if figure.median is not None else "n/a"
             if figure.ratio is not None:
                 value += f" ({figure.ratio:.2f}x empty RPC)"
             cells.append(value)

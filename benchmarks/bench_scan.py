@@ -68,26 +68,11 @@ def scan_times(sizes: Sequence[int], repeats: int) -> list[Figure]:
         for _ in range(repeats):
             for call, sample in zip(scans, samples, strict=True):
                 sample.take(call)
-    figures: list[Figure] = []
     base = median(samples[0].cpu)
-    for key, size, sample in zip(SIZE_KEYS, sizes, samples, strict=True):
-        mid = median(sample.cpu)
-        judged = key == "large"  # the target is for 1,000 devices, the full run's largest
-        reference = f"scan of {sizes[0]:,} devices; " if key != SIZE_KEYS[0] else ""
-        figures.append(
-            Figure(
-                key=f"scan_{key}",
-                label=f"full scan, {size:,} devices ({repeats} scans, CPU)",
-                unit="ms",
-                median=mid,
-                p99=p99(sample.cpu),
-                ratio=mid / base if key != SIZE_KEYS[0] else None,
-                reference=f"{reference}wall clock {median(sample.wall):.3g} ms",
-                target=f"<= {SCAN_TARGET_MS:g} ms" if judged else "",
-                met=mid <= SCAN_TARGET_MS if judged else None,
-                samples=sample.cpu,
-            )
-        )
+    figures = [
+        _scan_figure(key, sizes, size, sample, base=base, repeats=repeats)
+        for key, size, sample in zip(SIZE_KEYS, sizes, samples, strict=True)
+    ]
     cpus = [median(s.cpu) for s in samples]
     walls = [median(s.wall) for s in samples]
     figures.append(
@@ -103,6 +88,26 @@ def scan_times(sizes: Sequence[int], repeats: int) -> list[Figure]:
         )
     )
     return figures
+
+
+def _scan_figure(
+    key: str, sizes: Sequence[int], size: int, sample: Samples, *, base: float, repeats: int
+) -> Figure:
+    mid = median(sample.cpu)
+    judged = key == "large"  # the target is for 1,000 devices, the full run's largest
+    reference = f"scan of {sizes[0]:,} devices; " if key != SIZE_KEYS[0] else ""
+    return Figure(
+        key=f"scan_{key}",
+        label=f"full scan, {size:,} devices ({repeats} scans, CPU)",
+        unit="ms",
+        median=mid,
+        p99=p99(sample.cpu),
+        ratio=mid / base if key != SIZE_KEYS[0] else None,
+        reference=f"{reference}wall clock {median(sample.wall):.3g} ms",
+        target=f"<= {SCAN_TARGET_MS:g} ms" if judged else "",
+        met=mid <= SCAN_TARGET_MS if judged else None,
+        samples=sample.cpu,
+    )
 
 
 def share_ids(count: int) -> list[tuple[str, str, int | None]]:

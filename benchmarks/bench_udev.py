@@ -8,7 +8,6 @@ when the interpreter starts), hence a subprocess.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import shutil
 import subprocess
@@ -17,25 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from bench_core import Figure, median, p99
+from bench_mode import UEVENTS, missing
 
 REPO = Path(__file__).resolve().parents[1]
 DRIVER = REPO / "tests" / "support" / "umockdev_driver.py"
 TARGET = 0.2
-LIBRARIES = ("libumockdev.so.0", "libumockdev-preload.so.0")
 
 
 def umockdev_missing() -> str | None:
     """Why the figure cannot be measured here, or None."""
-    if shutil.which("umockdev-wrapper") is None:
-        return "n/a (needs umockdev)"
-    for library in LIBRARIES:
-        try:
-            ctypes.CDLL(library)
-        except OSError:
-            return f"n/a (needs umockdev: {library})"
-    if not DRIVER.exists():
+    why = missing(UEVENTS)
+    if why is None and not DRIVER.exists():
         return "n/a (tests/support/umockdev_driver.py not found)"
-    return None
+    return why
 
 
 def _not_measured(note: str) -> Figure:

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from bench_core import Figure, as_json, machine, render, section
 from bench_events import cold_start, health_change, kubelet_restart
+from bench_mode import MODES, TICKS, Mode, missing
 from bench_node import TWO_SOCKET, ServedNode, Tree, served
-from bench_resident import resident
+from bench_resident import modes_table, resident
 from bench_rpc import allocate_vs_empty
 from bench_scale import growth_table, scale
 from bench_scan import listandwatch_build, scan_times
@@ -49,8 +50,9 @@ class Plan:
     scan_repeats: int = 20
     listandwatch_repeats: int = 20
     scan_sizes: tuple[int, int, int] = (10, 100, 1000)
-    resident_trees: tuple[Tree, Tree, Tree] = (TWO_SOCKET, 400, 1000)
-    cpu_tree: Tree = 400
+    # The 2-socket node as it is, with every VF enabled (6 PFs x 64), and a larger one.
+    resident_trees: tuple[Tree, Tree, Tree] = (TWO_SOCKET, 384, 1000)
+    cpu_tree: Tree = 384
     idle_window: float = 30.0
     listandwatch_ids: int = 10_000
     scale_sizes: tuple[int, int, int, int] = (10, 100, 1000, 4000)
@@ -109,13 +111,26 @@ class Runner:
         self.figures: list[Figure] = []
         self.failed = False
         self._stack = ExitStack()
-        self._node: ServedNode | None = None
+        self._nodes: dict[Mode, ServedNode] = {}
 
-    def node(self) -> ServedNode:
-        """One daemon on the 2-socket tree, shared by the RPC, health and restart sections."""
-        if self._node is None:
-            self._node = self._stack.enter_context(served(TWO_SOCKET))
-        return self._node
+    def node(self, mode: Mode = TICKS) -> ServedNode:
+        """One daemon per mode on the 2-socket tree, shared by the RPC, health and restart
+        sections."""
+        if mode not in self._nodes:
+            self._nodes[mode] = self._stack.enter_context(served(TWO_SOCKET, mode=mode))
+        return self._nodes[mode]
+
+    def health(self) -> list[Figure]:
+        """Health change in each mode (n/a where the mode cannot run here)."""
+        figures = []
+        for mode in MODES:
+            why = missing(mode)
+            if why is None:
+                figures.append(health_change(self.node(mode), self.plan.flips, mode))
+            else:
+                label = f"health change -> ListAndWatch, {mode.label}"
+                figures.append(Figure(f"health_change_{mode.key}", label, "s", None, note=why))
+        return figures
 
     def section(self, name: str, measure: Callable[[], list[Figure]]) -> None:
         if name in self.sections and not section(name, measure, self.figures):
@@ -125,13 +140,13 @@ class Runner:
         p = self.plan
         with self._stack:
             self.section("rpc", lambda: allocate_vs_empty(self.node(), p.calls))
-            self.section("health", lambda: [health_change(self.node(), p.flips)])
+            self.section("health", self.health)
             self.section("udev", lambda: [udev_event(p.udev_events)])
             self.section("restart", lambda: [kubelet_restart(self.node(), p.restarts)])
         self.section("cold", lambda: [cold_start(TWO_SOCKET, p.starts)])
         self.section(
             "resident",
-            lambda: resident(p.resident_trees, RESIDENT_KEYS, p.idle_window, p.cpu_tree),
+            lambda: resident(MODES, p.resident_trees, RESIDENT_KEYS, p.idle_window, p.cpu_tree),
         )
         self.section("scan", lambda: scan_times(p.scan_sizes, p.scan_repeats))
         self.section(
@@ -177,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(plan, sections)
     figures = runner.run()
     print(render(figures, info, args.format))
+    both = modes_table(figures)
+    if both:
+        print("\nAt rest in both modes (ratios to the floor plugin of the same window):\n\n" + both)
     table = growth_table(figures)
     if table:
         print("\nHow cost grows (the scale rows above, one row per case):\n\n" + table)

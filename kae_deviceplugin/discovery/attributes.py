@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
@@ -63,26 +64,38 @@ def text(reading: Reading) -> str | None:
 _MAX_LINK_HOPS = 8
 
 
+def _walk(path: str) -> tuple[str | None, bool]:
+    """Follow ``path``'s link chain lexically: where it ends and whether that is a directory;
+    (None, False) for a dangling link or a loop."""
+    current = path
+    for _ in range(_MAX_LINK_HOPS):
+        try:
+            target = os.readlink(current)
+        except OSError as err:  # EINVAL: not a link (only ``path`` itself can be that)
+            return (current, False) if err.errno == errno.EINVAL else (None, False)
+        current = os.path.normpath(f"{os.path.dirname(current)}/{target}")
+        try:
+            mode = os.lstat(current).st_mode
+        except OSError:
+            return None, False
+        if not stat.S_ISLNK(mode):
+            return current, stat.S_ISDIR(mode)
+    return None, False  # a loop, or a chain no kernel makes
+
+
 def resolve_dir(path: str) -> str | None:
     """The directory ``path`` leads to, or None for a dangling link, a loop or a non-directory.
 
     sysfs links point straight at real directories under /sys/devices, so following the link
     chain lexically is exact there and several times cheaper than realpath's per-component
-    lstat; realpath remains the fallback for trees that put links in the middle of a path.
+    lstat: a class entry costs one ``readlink`` and one ``lstat`` of its target. realpath
+    remains the fallback for trees that put links in the middle of a path.
     """
-    current = path
-    for _ in range(_MAX_LINK_HOPS):
-        try:
-            target = os.readlink(current)
-        except OSError as err:
-            if err.errno != errno.EINVAL:  # EINVAL: not a link, the walk is over
-                return None
-            break
-        current = os.path.normpath(f"{os.path.dirname(current)}/{target}")
-    else:
-        return None  # a loop, or a chain no kernel makes
-    if os.path.isdir(current) and not os.path.islink(current):
+    current, is_dir = _walk(path)
+    if current is None or is_dir:
         return current
+    if current == path:  # not a link at all
+        return path if os.path.isdir(path) else None
     try:
         real = os.path.realpath(path, strict=True)
     except OSError:

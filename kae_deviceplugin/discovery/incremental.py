@@ -9,13 +9,18 @@ While a device exists, most of what ``scan()`` reads is fixed (``api``, ``flags`
 where nothing moved returns the same :class:`Inventory` object, so callers can skip their work
 with an ``is`` check.
 
-What is read when (the README lists each signal's detection latency):
+What is read when (docs/performance.md lists each signal's detection latency in each mode):
 
 * every tick: ``dev_state``, ``isolate`` (PFs); while no uevents cover them
-  (:meth:`~IncrementalScanner.uevents_cover_links`), also the ``class/uacce`` listing, the
-  ``/dev`` nodes and the driver links;
+  (:meth:`~IncrementalScanner.uevents_cover_links`), also whatever can have changed without one,
+  looked at only where it can change: one ``getdents64`` of ``class/uacce`` compared with the
+  last (:mod:`.dirents`), one read of an inotify watch of ``/dev`` and, off sysfs, of the PCI
+  functions' directories (the driver links; on sysfs an unbind removes the uacce device, which
+  the listing and its kept files show). Only when one of them moved are the ``/dev`` nodes and
+  driver links of every device looked at;
 * on the tick after :meth:`~IncrementalScanner.invalidate` (a uevent, a reload) and every
-  ``full_every`` ticks (30; 300 while uevents cover the links): everything, as ``scan()`` reads
+  ``full_every`` ticks (30; 300 while uevents or inotify watches cover the links): everything,
+  as ``scan()`` reads
   it, ``available_instances`` included. That one is not read per tick: its value in the
   inventory is the last full pass's, and the metrics read it when scraped.
 
@@ -36,34 +41,66 @@ while a cancelled ``asyncio.to_thread`` scan is still running; :meth:`invalidate
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from pathlib import Path
 from types import TracebackType
 
 from kae_deviceplugin.core.model import Inventory, UacceDevice
-from kae_deviceplugin.discovery.entry_watch import EntryWatch
 from kae_deviceplugin.discovery.fd_budget import FdBudget, on_sysfs
 from kae_deviceplugin.discovery.scan import DeviceReader
-from kae_deviceplugin.discovery.watched import DevListing, QuietCheck, WatchedDevice, quiet_check
+from kae_deviceplugin.discovery.watched import DevListing, QuietCheck
+from kae_deviceplugin.discovery.watchset import WatchSet
 
 log = logging.getLogger(__name__)
 
 DEFAULT_FULL_EVERY = 30
-# While uevents cover what a tick stops looking at, the full pass is the safety net for what
-# changes without one (a /dev node deleted by hand, a static attribute of a fake tree).
+# While uevents (or, without them, inotify watches of /dev and the driver links) cover what a
+# tick stops looking at, the full pass is the safety net for what changes without one (a /dev
+# node deleted by hand while uevents cover, a static attribute of a fake tree).
 DEFAULT_FULL_EVERY_WITH_UEVENTS = 300
-_exists = os.path.exists
 # Ticks redone after running out of descriptors, each with half the fds kept before.
 _STARVED_RETRIES = 3
+
+
+class Cadence:
+    """When the next full pass is due: ``every`` ticks after the last one (``long`` ticks while
+    uevents or watches cover the links), and on the first tick after a request."""
+
+    def __init__(self, every: int, long: int) -> None:
+        self.every, self.long = every, long
+        self.until_full = 0  # 0: due (first tick, after close())
+        self.requested = 0  # invalidate() calls, from any thread
+        self.served = 0  # of those, the ones a full pass began after
+        self.covered = False  # the long cadence is in force
+
+    def due(self) -> bool:
+        return self.until_full <= 0 or self.requested != self.served
+
+    def cover(self, covered: bool) -> None:
+        """Uevents or watches start or stop covering the links."""
+        if covered is not self.covered and self.until_full > 0:
+            # The next full pass is due as many ticks after the last one as the new cadence
+            # says: the first one, made before the udev task started, counted 30, not 300.
+            # (At 0 a full pass is due anyway: first tick, after close(), after invalidate().)
+            longer = self.long - self.every
+            self.until_full += longer if covered else -longer
+        self.covered = covered
+
+    def began(self, requested: int, covered: bool) -> None:
+        """A full pass begins, serving every request up to ``requested``."""
+        self.served = requested
+        self.covered = covered
+        self.until_full = self.long if covered else self.every
 
 
 class IncrementalScanner:
     """``sysfs.scan()`` for a loop: equal answers, most of the work done once per device.
 
-    Static attributes are refreshed every ``full_every`` ticks and after :meth:`invalidate`.
+    Static attributes are refreshed every ``full_every`` ticks (300 while uevents or watches
+    cover the links) and after :meth:`invalidate`.
     ``max_fds`` caps the descriptors kept open (default: the soft RLIMIT_NOFILE less
-    ``RESERVED_FDS``; off sysfs one inotify descriptor more); ``verify_files`` forces (True) or
+    ``RESERVED_FDS``; besides, an inotify descriptor and, without uevents, ``class/uacce``
+    itself); ``verify_files`` forces (True) or
     skips (False) the link-count check that notices files replaced under an open descriptor,
     which by default runs unless the tree is on sysfs, where a removed file reads ENODEV instead.
     """
@@ -82,27 +119,19 @@ class IncrementalScanner:
         self.sysfs_root = Path(sysfs_root)
         self.dev_root = Path(dev_root)
         self.full_every = full_every
-        self.full_every_with_uevents = max(full_every, DEFAULT_FULL_EVERY_WITH_UEVENTS)
+        self._cadence = Cadence(full_every, max(full_every, DEFAULT_FULL_EVERY_WITH_UEVENTS))
         self._verify = verify_files  # decided at the first full pass when None
         self._budget = FdBudget(max_fds)
         self._lock = threading.Lock()  # scan() against close(): never close an fd being read
-        self._watched: dict[str, WatchedDevice] = {}
-        self._owners: dict[str, WatchedDevice] = {}  # PCI address -> a watched isolate owner
+        self._set = WatchSet(self._budget)
         self._uevents = False  # whether uevents report entries, /dev nodes and driver links
         self._names: list[str] | None = None  # the last class/uacce listing
-        self._new_followers: list[WatchedDevice] = []  # VFs read this tick
         self._quiet: QuietCheck | None = None  # the fast check of a tick, while it suffices
-        # Off sysfs: the directories of the kept files, so that a quiet tick need not fstat each.
-        self._entries: EntryWatch | None = None
         self._reader = DeviceReader(self.sysfs_root, self.dev_root)
-        self._until_full = 0
-        self._requested = 0
-        self._served = 0
         self._last = Inventory()
         self._last_picked: list[UacceDevice] = []
         self._dev = DevListing()
         self.full_passes = 0  # ticks that re-read everything
-        self.device_reads = 0  # entries read fully, in full passes or one at a time
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -124,19 +153,16 @@ class IncrementalScanner:
 
     def _close(self) -> None:
         self._release_all()
-        self._until_full = 0
+        self._cadence.until_full = 0
 
     def uevents_cover_links(self, covered: bool) -> None:
         """Whether uevents now report devices added and removed, /dev nodes and driver links
         (the udev task says so once its monitor works, and takes it back if it fails): then
         ticks stop looking at them and rely on :meth:`invalidate` and a rarer full pass."""
-        if covered is not self._uevents and self._until_full > 0:
-            # The next full pass is due as many ticks after the last one as the new cadence
-            # says: the first one, made before the udev task started, counted 30, not 300.
-            # (At 0 a full pass is due anyway: first tick, after close(), after invalidate().)
-            longer = self.full_every_with_uevents - self.full_every
-            self._until_full += longer if covered else -longer
+        if self._uevents and not covered:  # events lost? and nothing watches /dev, links yet
+            self._cadence.requested += 1
         self._uevents = covered
+        self._cadence.cover(covered or self._set.links_watched)
         self._quiet = None
 
     @property
@@ -145,11 +171,16 @@ class IncrementalScanner:
 
     def invalidate(self) -> None:
         """Make the next tick a full pass (after a udev event or a reload). Any thread."""
-        self._requested += 1
+        self._cadence.requested += 1
 
     @property
     def kept_fds(self) -> int:
         return self._budget.kept
+
+    @property
+    def device_reads(self) -> int:
+        """Entries read fully, in full passes or one at a time."""
+        return self._set.reads
 
     # -- one tick ----------------------------------------------------------------------------
 
@@ -174,106 +205,68 @@ class IncrementalScanner:
             return None  # a scan still runs in a thread: the caller's scan() waits for it
         try:
             quiet = self._quiet
-            due = self._until_full <= 0 or self._requested != self._served
-            if due or quiet is None or len(quiet.fds) > max_files:
+            if self._cadence.due() or quiet is None or len(quiet.fds) > max_files:
                 return None
             if not quiet.quiet():
                 # Something moved, and the events that said so are read: scan() must not
                 # trust the quiet check again before its slow path has looked.
                 self._quiet = None
                 return None
-            self._until_full -= 1
+            self._cadence.until_full -= 1
             return self._last
         finally:
             self._lock.release()
 
     def _tick(self) -> Inventory:
-        requested = self._requested
-        full = self._until_full <= 0 or requested != self._served
+        cadence = self._cadence
+        requested = cadence.requested
+        full = cadence.due()
         if not full and self._quiet is not None and self._quiet.quiet():
-            self._until_full -= 1
+            cadence.until_full -= 1
             return self._last  # nothing moved (and with uevents, nothing else to look at)
         self._quiet = None
         if full:
-            self._start_full_pass()
-            self._served = requested
+            self._start_full_pass(requested)
         else:
             self._reader.warnings = []
-        self._until_full -= 1
-        reader = self._reader
+        cadence.until_full -= 1
         # With uevents, entries come and go only with an event, which makes the tick a full pass.
         names = self._names if self._uevents and not full else None
         if names is None:
-            listing = reader.entries()
+            if not self._uevents:
+                self._set.snapshot(self._reader.class_dir)
+            listing = self._reader.entries()
             if isinstance(listing, Inventory):  # no class/uacce (no KAE) or it cannot be listed
                 self._release_all()
                 self._names = None
                 return self._settle([], listing.warnings)
             names = self._names = listing
-            self._forget_unlisted(names)
+            self._set.forget_unlisted(names)
+        picked = self._read_listed(names)
+        self._quiet = self._set.quiet_check(names, links=not self._uevents)
+        return self._settle(picked, tuple(self._reader.warnings))
+
+    def _read_listed(self, names: list[str]) -> list[UacceDevice]:
+        """Every listed entry's device, each from what is kept when that still holds."""
         links = not self._uevents
-        dev_entries = (
-            self._dev.listing(self._reader.dev_root, len(self._watched)) if links else None
-        )
-        watched = self._watched
+        reader, watched = self._reader, self._set
+        dev_entries = self._dev.listing(reader.dev_root, len(watched.devices)) if links else None
         devices: dict[str, UacceDevice | None] = {}
+        watched.unlisted = False
         # Owners of an isolate flag first, so that every VF sees its PF's reading of this tick.
         followers = []
         for name in names:
-            state = watched.get(name)
+            state = watched.devices.get(name)
             if state is not None and state.follows is not None:
                 followers.append(name)
             else:
-                devices[name] = self._device(name, state, dev_entries, links)
+                devices[name] = watched.answer(reader, name, dev_entries, links)
         for name in followers:
-            devices[name] = self._device(name, watched.get(name), dev_entries, links)
-        self._settle_followers()
-        picked = reader.collect(names, devices.__getitem__)
-        if self._uevents and len(watched) == len(names):  # no entry is read fully every tick
-            self._quiet = quiet_check(watched.values(), bool(self._verify), self._entries)
-        return self._settle(picked, tuple(reader.warnings))
-
-    def _device(
-        self,
-        name: str,
-        state: WatchedDevice | None,
-        dev_entries: dict[str, bool] | None,
-        links: bool,
-    ) -> UacceDevice | None:
-        """One listed entry: from what is kept about it when that still holds, else read anew."""
-        if state is None:
-            return self._read(name)
-        # A per-tick file appearing (kernels never add one; fake trees may) or one gone or
-        # replaced under its kept fd: read the device anew.
-        appeared = self._verify and any(map(_exists, state.absent))
-        owner = None
-        if state.follows is not None:
-            owner = self._owners.get(state.follows)
-            if owner is None:  # its PF is gone or faulty: read its own flag from now on
-                state.adopt_isolate(self._budget)
-        verify = bool(self._verify)
-        if not appeared and state.refresh(dev_entries, verify=verify, links=links, owner=owner):
-            return state.device
-        self._forget(name)
-        if not links and not os.path.lexists(f"{self._reader.class_dir}/{name}"):
-            self._names = None  # removed, its uevent not handled yet: list again next tick
-            return None
-        return self._read(name)
-
-    def _settle_followers(self) -> None:
-        """A VF read this tick whose PF is not watched (gone, faulty) reads its own flag."""
-        for state in self._new_followers:
-            watched = self._watched.get(state.device.name) is state
-            if watched and state.follows is not None and state.follows not in self._owners:
-                state.adopt_isolate(self._budget)
-        self._new_followers.clear()
-
-    def _forget_unlisted(self, names: list[str]) -> None:
-        watched = self._watched
-        if len(watched) > len(names) or any(name not in watched for name in names):
-            listed = set(names)  # some watched names may no longer be listed
-            for name in [n for n in watched if n not in listed]:
-                self._forget(name)
+            devices[name] = watched.answer(reader, name, dev_entries, links)
+        watched.settle_followers()
+        if watched.unlisted:
+            self._names = None  # one was removed, its uevent not handled yet: list again
+        return reader.collect(names, devices.__getitem__)
 
     def _settle(self, picked: list[UacceDevice], warnings: tuple[str, ...]) -> Inventory:
         """The previous Inventory object when no device object and no warning changed."""
@@ -288,60 +281,17 @@ class IncrementalScanner:
         self._last_picked = picked
         return self._last
 
-    def _start_full_pass(self) -> None:
+    def _start_full_pass(self, requested: int) -> None:
         self._close()
         self._budget.reset()
         self._reader = DeviceReader(self.sysfs_root, self.dev_root)
         if self._verify is None:
             self._verify = not on_sysfs(self._reader.sysfs_root)
-        if self._verify:
-            self._entries = EntryWatch.open()  # None: quiet ticks check link counts instead
-        self._until_full = self.full_every_with_uevents if self._uevents else self.full_every
+        self._set.start(self._verify, None if self._uevents else self._reader.dev_root)
+        self._cadence.began(requested, self._uevents or self._set.links_watched)
         self._dev.size = 0  # measure /dev again: it may have shrunk since the last listing
         self.full_passes += 1
 
-    # -- per device --------------------------------------------------------------------------
-
-    def _read(self, name: str) -> UacceDevice | None:
-        """Read one entry fully, exactly as scan() does, and start watching it if it is sound."""
-        self.device_reads += 1
-        found = self._reader.read_entry(name)
-        if found is None:
-            return None  # skipped with a warning: read again next tick, as scan() would
-        state = WatchedDevice(found, self._reader.dev_root)
-        state.keep(state.tick_indexes(), self._budget)
-        entries = self._entries
-        if entries is not None and not entries.add(os.path.dirname(state.paths[0])):
-            entries.close()  # out of watches: link counts, as without inotify, from now on
-            self._entries = None
-        # With nothing to watch nothing would tell that the device went away: read it each tick.
-        if state.kept or state.by_path:
-            self._watched[name] = state
-            if state.follows is None:
-                self._owners[found.device.pci_address] = state
-            else:
-                self._new_followers.append(state)
-        return found.device
-
-    def _forget(self, name: str) -> None:
-        state = self._watched.pop(name, None)
-        if state is not None:
-            if self._owners.get(state.device.pci_address) is state:
-                del self._owners[state.device.pci_address]
-            self._release(state)
-
     def _release_all(self) -> None:
-        for state in self._watched.values():
-            self._release(state)
-        self._watched.clear()
-        self._owners.clear()
+        self._set.release_all()
         self._quiet = None  # its descriptors are closed
-        if self._entries is not None:
-            self._entries.close()
-            self._entries = None
-
-    def _release(self, state: WatchedDevice) -> None:
-        for _, fd in state.kept:
-            os.close(fd)
-        self._budget.kept -= len(state.kept)
-        state.kept = []

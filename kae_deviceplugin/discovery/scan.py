@@ -23,11 +23,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from kae_deviceplugin.core.engines import Engine, engine_for_uacce_name
-from kae_deviceplugin.core.health import HealthFacts, judge
-from kae_deviceplugin.core.model import Function, Health, Inventory, UacceDevice
+from kae_deviceplugin.core.model import Function, Inventory, UacceDevice
 from kae_deviceplugin.discovery.attributes import (
     PCI_ADDRESS,
     AttributeReader,
@@ -38,50 +36,10 @@ from kae_deviceplugin.discovery.attributes import (
     resolve_dir,
     text,
 )
+from kae_deviceplugin.discovery.volatile import VolatileReadings, volatile_fields
 from kae_deviceplugin.errors import ScanDeferred
 
 log = logging.getLogger(__name__)
-
-# The attributes that change while a device exists; the rest of a device's files are fixed when the
-# kernel creates it. Order: as VolatileReadings holds them.
-VOLATILE_ATTRIBUTES = ("isolate", "dev_state", "available_instances")
-
-
-VolatileReadings = tuple[Reading, Reading, Reading]  # as VOLATILE_ATTRIBUTES names them
-
-
-class Volatile(NamedTuple):
-    """The fields of a UacceDevice that follow what changes while the device exists."""
-
-    available_instances: int | None
-    isolate: int | None
-    dev_state: int | None
-    dev_node_exists: bool
-    health: Health
-    reasons: tuple[str, ...]
-
-
-def volatile_fields(
-    readings: VolatileReadings, *, dev_node_exists: bool, driver_bound: bool, device_link_ok: bool
-) -> Volatile:
-    """Parse the volatile readings and judge health: the one place both scanners do it."""
-    isolate, dev_state, available_reading = readings
-    available = parse_int(available_reading)
-    health, reasons = judge(
-        HealthFacts(
-            isolate=parse_int(isolate),
-            isolate_present=isolate is not None,
-            dev_state=parse_int(dev_state),
-            dev_state_present=dev_state is not None,
-            dev_node_exists=dev_node_exists,
-            available_instances=available if available is not None and available >= 0 else None,
-            driver_bound=driver_bound,
-            device_link_ok=device_link_ok,
-        )
-    )
-    return Volatile(
-        available, parse_int(isolate), parse_int(dev_state), dev_node_exists, health, reasons
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +66,8 @@ class DeviceReader:
         self.dev_root = str(dev_root)
         self.class_dir = f"{self.sysfs_root}/class/uacce"
         self.warnings: list[str] = []
-        self.drivers: dict[str, tuple[str, str | None]] = {}  # driver dir -> name, version
+        # driver dir -> whether it is one, its name, its module's version
+        self.drivers: dict[str, tuple[bool, str, str | None]] = {}
 
     def warn(self, message: str) -> None:
         # A value, not a log line: a broken entry is met on every tick, and the daemon logs
@@ -189,46 +148,49 @@ class DeviceReader:
         if pci_dir is None:
             self.warn(f"skipping {entry}: cannot tell which PCI function it belongs to")
             return None
-        pci_address = os.path.basename(pci_dir)
+        return self.read_found(name, engine, uacce_dir, pci_dir, link_ok)
+
+    def read_found(
+        self, name: str, engine: Engine, uacce_dir: str, pci_dir: str, link_ok: bool
+    ) -> DeviceRead:
+        """The device of an entry whose directory and PCI function are known."""
         attrs = AttributeReader(uacce_dir)
         readings: VolatileReadings = (
             attrs("isolate"),
             attrs("dev_state"),
             attrs("available_instances"),
         )
-        dev_node_exists = os.path.exists(f"{self.dev_root}/{name}")
-        function, parent_pf = self.function_of(pci_dir, engine)
-        driver_bound = os.path.isdir(f"{pci_dir}/driver")
+        driver_bound, driver, driver_version = self.driver_of(pci_dir)
         volatile = volatile_fields(
             readings,
-            dev_node_exists=dev_node_exists,
+            dev_node_exists=os.path.exists(f"{self.dev_root}/{name}"),
             driver_bound=driver_bound,
             device_link_ok=link_ok,
         )
+        function, parent_pf = self.function_of(pci_dir, engine)
         algorithms = attrs("algorithms")
-        driver, driver_version = self.driver_of(pci_dir) if driver_bound else (None, None)
         device = UacceDevice(
             name=name,
             engine=engine.name,
             resource=engine.resource,
-            pci_address=pci_address,
+            pci_address=os.path.basename(pci_dir),
             function=function,
             parent_pf=parent_pf,
             numa_node=self.numa_node(attrs("node_id"), pci_dir),
             api=text(attrs("api")),
             flags=parse_int(attrs("flags")),
             algorithms=tuple(algorithms.split()) if isinstance(algorithms, str) else (),
+            dev_node=f"/dev/{name}",
+            sysfs_path=uacce_dir,
+            pci_path=pci_dir,
+            driver=driver,
+            driver_version=driver_version,
             available_instances=volatile.available_instances,
             isolate=volatile.isolate,
             dev_state=volatile.dev_state,
-            dev_node=f"/dev/{name}",
             dev_node_exists=volatile.dev_node_exists,
-            sysfs_path=uacce_dir,
-            pci_path=pci_dir,
             health=volatile.health,
             reasons=volatile.reasons,
-            driver=driver,
-            driver_version=driver_version,
         )
         return DeviceRead(device, attrs.base, readings, driver_bound, link_ok)
 
@@ -248,27 +210,34 @@ class DeviceReader:
                 return by_path, False
         return None, False
 
-    def driver_of(self, pci_dir: str) -> tuple[str | None, str | None]:
-        """The bound driver's name and its module's version, found through ``driver/module``.
+    def driver_of(self, pci_dir: str) -> tuple[bool, str | None, str | None]:
+        """Whether a driver is bound (its ``driver`` link leads to a directory), its name and
+        its module's version, found through ``driver/module``.
 
-        Devices share a handful of drivers, so each driver is looked up once per listing.
+        Devices share a handful of drivers, so each driver is looked up once per listing: one
+        ``readlink`` per device.
         """
+        link = f"{pci_dir}/driver"
         try:
-            driver_dir = os.path.normpath(os.path.join(pci_dir, os.readlink(f"{pci_dir}/driver")))
-        except OSError:
-            return None, None
-        if driver_dir not in self.drivers:
-            self.drivers[driver_dir] = (os.path.basename(driver_dir), _module_version(driver_dir))
-        return self.drivers[driver_dir]
+            driver_dir = os.path.normpath(os.path.join(pci_dir, os.readlink(link)))
+        except OSError as err:
+            # Not a link at all (EINVAL): a directory there still counts as bound, unnamed.
+            return err.errno == errno.EINVAL and os.path.isdir(link), None, None
+        known = self.drivers.get(driver_dir)
+        if known is None:
+            bound = os.path.isdir(driver_dir)
+            version = _module_version(driver_dir) if bound else None
+            known = self.drivers[driver_dir] = (bound, os.path.basename(driver_dir), version)
+        bound, name, version = known
+        return (True, name, version) if bound else (False, None, None)
 
     @staticmethod
     def function_of(pci_dir: str, engine: Engine) -> tuple[Function, str | None]:
-        physfn = f"{pci_dir}/physfn"
-        if os.path.islink(physfn):
-            try:
-                target = os.path.basename(os.readlink(physfn).rstrip("/"))
-            except OSError:
-                target = ""
+        try:
+            target = os.path.basename(os.readlink(f"{pci_dir}/physfn").rstrip("/"))
+        except OSError:  # no physfn link (absent, or not a link): not a VF by its link
+            target = None
+        if target is not None:
             return Function.VF, target if PCI_ADDRESS.match(target) else None
         device_id = text(read_attribute(f"{pci_dir}/device"))
         if device_id is not None and device_id.lower() == engine.vf_device_id:

@@ -26,9 +26,11 @@ from kae_deviceplugin.discovery.attributes import (
     decode_attribute,
     read_attribute,
 )
+from kae_deviceplugin.discovery.dirents import DirEntries
 from kae_deviceplugin.discovery.entry_watch import EntryWatch
 from kae_deviceplugin.discovery.fd_budget import BY_PATH, FdBudget
-from kae_deviceplugin.discovery.scan import VOLATILE_ATTRIBUTES, DeviceRead, volatile_fields
+from kae_deviceplugin.discovery.scan import DeviceRead
+from kae_deviceplugin.discovery.volatile import VOLATILE_ATTRIBUTES, volatile_fields
 
 ISOLATE, DEV_STATE, AVAILABLE = range(len(VOLATILE_ATTRIBUTES))
 # Read errors on a kept file that mean the file (and so its device) is gone.
@@ -220,15 +222,21 @@ class DevListing:
 
 class QuietCheck:
     """A whole tick as C-level loops, for the usual tick where nothing moved: every kept file
-    read with ``pread`` and compared, as bytes, with what it read last; off sysfs also whether
-    any was replaced or removed: one read of ``entries`` (an inotify watch of their directories)
-    or, without it, each file's link count. Any difference, event or error sends the tick down
-    the slow path, which reads each device as :meth:`WatchedDevice.refresh` does (link counts
-    included) and finds out what moved.
+    read with ``pread`` and compared, as bytes, with what it read last; one read of ``entries``
+    (an inotify watch: off sysfs of the kept files' directories, whether any was replaced or
+    removed; without uevents, of ``/dev`` and the driver links' directories), off sysfs without
+    it each file's link count; without uevents, one ``getdents64`` of ``class/uacce`` compared
+    with the last (``listing``, see :mod:`.dirents`). Any difference, event
+    or error sends the tick down the slow path, which reads each device as
+    :meth:`WatchedDevice.refresh` does (link counts included) and finds out what moved.
     """
 
     def __init__(
-        self, states: Iterable[WatchedDevice], verify: bool, entries: EntryWatch | None
+        self,
+        states: Iterable[WatchedDevice],
+        verify: bool,
+        entries: EntryWatch | None,
+        listing: DirEntries | None = None,
     ) -> None:
         kept = [(state, index, fd) for state in states for index, fd in state.kept]
         self.fds = [fd for _, _, fd in kept]
@@ -237,13 +245,16 @@ class QuietCheck:
         # reads as a different prefix), and small reads spare a 64 KiB buffer per pread.
         self.sizes = [len(raw or b"") + 1 for raw in self.expected]
         self.verify = verify
-        self.entries = entries if verify else None
+        self.entries = entries
+        self.listing = listing
 
     def quiet(self) -> bool:
         try:
             # Events first: whatever is replaced after this read is an event for the next tick.
             if self.entries is not None and self.entries.moved():
                 return False
+            if self.listing is not None and not self.listing.same():
+                return False  # an entry came or went
             raws = list(map(_pread, self.fds, self.sizes, repeat(0)))
             if self.entries is None and self.verify and 0 in map(_nlink, map(_fstat, self.fds)):
                 return False
@@ -253,7 +264,10 @@ class QuietCheck:
 
 
 def quiet_check(
-    states: Collection[WatchedDevice], verify: bool, entries: EntryWatch | None = None
+    states: Collection[WatchedDevice],
+    verify: bool,
+    entries: EntryWatch | None = None,
+    listing: DirEntries | None = None,
 ) -> QuietCheck | None:
     """A QuietCheck when a pread of each kept file is all a tick needs to look at, else None:
     every file read by fd (none by path; off sysfs, none that could appear unless ``entries``
@@ -264,4 +278,4 @@ def quiet_check(
             return None
         if any(state.raws[index] is None for index, _ in state.kept):
             return None
-    return QuietCheck(states, verify, entries)
+    return QuietCheck(states, verify, entries, listing)

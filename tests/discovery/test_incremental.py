@@ -31,9 +31,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kae_deviceplugin.core.health import QUEUES_UNREADABLE
 from kae_deviceplugin.core.model import Function, Health, Inventory, UacceDevice
 from kae_deviceplugin.discovery import fd_budget, incremental, watched
+from kae_deviceplugin.discovery.entry_watch import EntryWatch
 from kae_deviceplugin.discovery.fd_budget import on_sysfs
 from kae_deviceplugin.discovery.incremental import IncrementalScanner
-from kae_deviceplugin.discovery.scan import VOLATILE_ATTRIBUTES, scan
+from kae_deviceplugin.discovery.scan import DeviceReader, scan
+from kae_deviceplugin.discovery.volatile import VOLATILE_ATTRIBUTES
 from kae_deviceplugin.testing.sysfs_builder import (
     DeviceSpec,
     add_dev_node,
@@ -396,8 +398,13 @@ def test_static_attribute_change_is_seen_after_invalidate(tree: Path) -> None:
 
 
 def test_static_attributes_refresh_every_full_every_ticks(tree: Path) -> None:
-    """With full_every=3 a static change shows within three ticks, and ticks 2-3 read nothing."""
-    with make(tree, full_every=3) as scanner:
+    """With full_every=3 a static change shows within three ticks, and ticks 2-3 read nothing,
+    where neither uevents nor inotify watches cover the links (with watches: see
+    test_every_tick.py)."""
+    with (
+        mock.patch.object(EntryWatch, "open", return_value=None),
+        make(tree, full_every=3) as scanner,
+    ):
         scanner.scan()
         set_attribute(tree, "hisi_sec2-0", "flags", "7")
         seen = []
@@ -448,15 +455,16 @@ def test_sysfs_mode_sees_in_place_changes_through_kept_fds(tree: Path) -> None:
 
 
 def test_close_releases_every_fd_and_scan_starts_over(tree: Path) -> None:
-    """A tick's files stay open (two per PF, one per VF, and off sysfs the inotify descriptor
-    watching their directories); none after close(); a later scan re-reads everything."""
+    """A tick's files stay open (two per PF, one per VF, the inotify descriptor watching their
+    directories and /dev, and, without uevents, class/uacce for its one getdents a tick); none
+    after close(); a later scan re-reads everything."""
     before = open_fds()
     scanner = make(tree, full_every=NEVER)
     with scanner:
         found = scanner.scan()
         assert len(found) == 18
         assert scanner.kept_fds == kept_per_tick(found) == 6 * 2 + 12
-        assert open_fds() - before == 24 + 1
+        assert open_fds() - before == 24 + 2
     assert open_fds() == before
     assert scanner.kept_fds == 0
     assert_same(scanner.scan(), tree)
@@ -466,12 +474,12 @@ def test_close_releases_every_fd_and_scan_starts_over(tree: Path) -> None:
 
 def test_small_fd_budget_falls_back_to_reading_by_path(tree: Path) -> None:
     """Past its budget the scanner opens, reads and closes like scan(): still the same answer.
-    (Off sysfs one more descriptor is open: the inotify watch of the kept files' directories.)"""
+    (Two more descriptors are open: the inotify watch and, without uevents, class/uacce.)"""
     before = open_fds()
     with make(tree, full_every=NEVER, max_fds=5) as scanner:
         scanner.scan()
         assert scanner.kept_fds == 5
-        assert open_fds() - before == 5 + 1
+        assert open_fds() - before == 5 + 2
         set_attribute(tree, "hisi_zip-17", "available_instances", "0")
         remove_dev_node(tree, "hisi_hpre-3")
         set_driver_bound(tree, "0000:b6:00.0", False)
@@ -598,14 +606,15 @@ def test_invalidate_from_another_thread_is_not_lost(tree: Path) -> None:
     """invalidate() while a tick runs still makes a later tick a full pass."""
     with make(tree, full_every=NEVER) as scanner:
         scanner.scan()
-        original = scanner._read
+        watch_set = scanner._set
+        original = watch_set.read
 
-        def read_and_invalidate(name: str):  # type: ignore[no-untyped-def]
+        def read_and_invalidate(reader: DeviceReader, name: str) -> UacceDevice | None:
             scanner.invalidate()
-            return original(name)
+            return original(reader, name)
 
         set_attribute(tree, "hisi_sec2-0", "isolate", "1")  # makes that device be read again
-        with mock.patch.object(scanner, "_read", read_and_invalidate):
+        with mock.patch.object(watch_set, "read", read_and_invalidate):
             scanner.scan()
         passes = scanner.full_passes
         scanner.scan()

@@ -134,7 +134,7 @@ def test_quiet_tick_answers_only_when_nothing_moved(tree: Path) -> None:
 
 def test_full_pass_cadence_follows_whether_uevents_cover_links(tree: Path) -> None:
     """The daemon's first full pass runs before its udev monitor works: once uevents cover the
-    links the next full pass is full_every_with_uevents ticks after it, not full_every; when
+    links the next full pass is 300 ticks after it (uevents), not full_every; when
     they stop covering, the shorter cadence is back (here overdue: the next tick is full)."""
     with IncrementalScanner(tree / "sys", tree / "dev", full_every=3) as scanner:
         scanner.scan()
