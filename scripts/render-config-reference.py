@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kae_deviceplugin.config.schema import render_reference
+from kae_deviceplugin.config.reference import render_reference
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 BEGIN, END = "<!-- BEGIN settings reference -->\n", "<!-- END settings reference -->"

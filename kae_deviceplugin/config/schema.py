@@ -3,8 +3,8 @@
 Everything else is derived from this table and from the defaults of
 :class:`~kae_deviceplugin.config.settings.Settings`: the keys the file accepts, the options of
 ``serve`` with their help and defaults, the environment variables, which settings a reload
-cannot apply, and the reference table in ``docs/configuration.md`` (``render_reference``; a test
-proves the doc is current). Adding a setting is a field in ``Settings`` and a row here.
+cannot apply, and the reference table in ``docs/configuration.md`` (``config.reference``; a
+test proves the doc is current). Adding a setting is a field in ``Settings`` and a row here.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from kae_deviceplugin.config.settings import (
     LOG_FORMATS,
     LOG_LEVELS,
     REGISTRATIONS,
-    EngineSettings,
     Settings,
 )
 from kae_deviceplugin.core.ids import MAX_SHARES
@@ -263,41 +262,3 @@ def show_value(value: object, kind: Kind) -> str:
 def restart_only() -> tuple[str, ...]:
     """Fields a reload cannot apply to a running daemon."""
     return tuple(option.field for option in OPTIONS if option.reload == "restart")
-
-
-def _type_text(option: Option) -> str:
-    if option.choices:
-        return ", ".join(f"`{c}`" for c in option.choices)
-    return {
-        "duration": "seconds or duration, > 0 and <= 1h",
-        "boolean": "boolean",
-        "address": '`host:port`, `:port`, `[v6]:port`, `""`',
-        "path": "absolute path",
-        "optional-path": "absolute path or null",
-    }[option.kind]
-
-
-def render_reference() -> str:
-    """The reference table of docs/configuration.md, generated from the table above."""
-    lines = [
-        "| file key | flag and variable | type | default | reload | what it does |",
-        "|---|---|---|---|---|---|",
-        "| `version` | none | `v1` | required | n/a | The file format's version. |",
-    ]
-    for option in OPTIONS:
-        lines.append(
-            f"| `{option.key}` | `{option.flag}`, `{option.env_var}` | {_type_text(option)} | "
-            f"`{option.default_text()}` | {RELOAD_TEXT[option.reload]} | {option.help} |"
-        )
-    defaults = EngineSettings()
-    for name, (_, type_text) in ENGINE_FIELDS.items():
-        default = show_value(getattr(defaults, name), "count")
-        lines.append(
-            f"| `engines.<name>.{name}` | none | {type_text} | `{default}` | "
-            f"{RELOAD_TEXT['resource']} | See below. |"
-        )
-    lines.append(
-        f"| none | `{ENABLE_ENGINES_FLAG}`, `{ENV_PREFIX}ENABLE_ENGINES` | engine list | all | "
-        "n/a | Enable exactly the listed engines (`hpre,sec`) and disable the others. |"
-    )
-    return "\n".join(lines) + "\n"

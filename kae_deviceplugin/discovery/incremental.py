@@ -97,12 +97,11 @@ class IncrementalScanner:
     """``sysfs.scan()`` for a loop: equal answers, most of the work done once per device.
 
     Static attributes are refreshed every ``full_every`` ticks (300 while uevents or watches
-    cover the links) and after :meth:`invalidate`.
-    ``max_fds`` caps the descriptors kept open (default: the soft RLIMIT_NOFILE less
-    ``RESERVED_FDS``; besides, an inotify descriptor and, without uevents, ``class/uacce``
-    itself); ``verify_files`` forces (True) or
-    skips (False) the link-count check that notices files replaced under an open descriptor,
-    which by default runs unless the tree is on sysfs, where a removed file reads ENODEV instead.
+    cover the links) and after :meth:`invalidate`. ``max_fds`` caps the descriptors kept open
+    (default: the soft RLIMIT_NOFILE less ``RESERVED_FDS``; besides, an inotify descriptor and,
+    without uevents, ``class/uacce`` itself); ``verify_files`` forces (True) or skips (False) the
+    link-count check that notices files replaced under an open descriptor, which by default runs
+    unless the tree is on sysfs, where a removed file reads ENODEV instead.
     """
 
     def __init__(
@@ -132,8 +131,6 @@ class IncrementalScanner:
         self._last_picked: list[UacceDevice] = []
         self._dev = DevListing()
         self.full_passes = 0  # ticks that re-read everything
-
-    # -- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> IncrementalScanner:
         return self

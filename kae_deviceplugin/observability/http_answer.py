@@ -10,7 +10,8 @@ from http import HTTPStatus
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from kae_deviceplugin.observability.http_server import Answer, plain_response
+from kae_deviceplugin.observability.http_server import Answer
+from kae_deviceplugin.observability.http_wire import plain_response
 
 log = logging.getLogger(__name__)
 

@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kae_deviceplugin.observability.http_wire import INTERNAL_ERROR, TOO_LARGE
+
 log = logging.getLogger(__name__)
 
 BACKLOG = 128
@@ -73,6 +75,28 @@ def _head_end(buffer: bytearray, searched_from: int) -> int:
     return min(ends, default=-1)
 
 
+class SpareDescriptor:
+    """One descriptor held in reserve, given up when the process runs out of them so that an
+    accept can still succeed (and a stalled client be closed), and taken back afterwards."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.restore()
+
+    def restore(self) -> None:
+        if self.fd is None:
+            with contextlib.suppress(OSError):
+                self.fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+    def release(self) -> bool:
+        """Give the descriptor back to the process; False if none was held."""
+        fd, self.fd = self.fd, None
+        if fd is None:
+            return False
+        os.close(fd)
+        return True
+
+
 class BoundedHttpServer:
     """Serves ``answer`` on an already bound ``listener`` until ``stop()``; see the module."""
 
@@ -88,7 +112,7 @@ class BoundedHttpServer:
         self._done: queue.SimpleQueue[tuple[_Connection, bytes]] = queue.SimpleQueue()
         self._workers = concurrent.futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="http")
         self._connections: dict[socket.socket, _Connection] = {}  # in accept order
-        self._spare: int | None = self._open_spare()
+        self._spare = SpareDescriptor()
         self._accept_paused_until: float | None = None
         self._stopping = False
 
@@ -107,8 +131,7 @@ class BoundedHttpServer:
                     elif isinstance(key.data, _Connection):
                         self._on_ready(key.data, mask)
                 self._expire(time.monotonic())
-                if self._spare is None:  # given up for an accept: take it back when fds allow
-                    self._spare = self._open_spare()
+                self._spare.restore()  # given up for an accept: take it back when fds allow
         finally:
             self._close_all()
 
@@ -149,13 +172,7 @@ class BoundedHttpServer:
 
     def _free_a_descriptor(self) -> bool:
         """Out of descriptors: evict a stalled connection or give up the spare. False if neither."""
-        if self._evict_oldest_reader():
-            return True
-        if self._spare is not None:
-            os.close(self._spare)
-            self._spare = None
-            return True
-        return False
+        return self._evict_oldest_reader() or self._spare.release()
 
     def _pause_accepting(self, err: OSError) -> None:
         log.warning("metrics endpoint: accept failed (%s); pausing accepts", err.strerror)
@@ -268,37 +285,10 @@ class BoundedHttpServer:
         self.listener.close()
         self._wake_r.close()
         self._wake_w.close()
-        if self._spare is not None:
-            os.close(self._spare)
-            self._spare = None
+        self._spare.release()
 
     # -- helpers ---------------------------------------------------------------------------------
 
     def _wake(self) -> None:
         with contextlib.suppress(OSError):  # full (a wake-up is pending anyway) or closed
             self._wake_w.send(b"\0")
-
-    @staticmethod
-    def _open_spare() -> int | None:
-        try:
-            return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return None
-
-
-def plain_response(
-    status: int, reason: str, body: bytes, content_type: str, *, head_only: bool = False
-) -> bytes:
-    """A whole HTTP/1.1 response; ``head_only`` (HEAD) keeps the body's length, not the body."""
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\n"
-        "Server: kae-deviceplugin\r\n"
-        f"Content-Type: {content_type}\r\n"
-        f"Content-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    )
-    return head.encode("latin-1") + (b"" if head_only else body)
-
-
-TOO_LARGE = plain_response(431, "Request Header Fields Too Large", b"", "text/plain")
-INTERNAL_ERROR = plain_response(500, "Internal Server Error", b"", "text/plain")

@@ -16,43 +16,31 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
 import grpc
 
 from kae_deviceplugin._generated.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from kae_deviceplugin.testing.kubelet_calls import PluginCalls
 from kae_deviceplugin.testing.kubelet_rules import (
     EmulatedDevice,
     RegistrationRecord,
     Rejection,
     ResourceState,
     all_unhealthy,
-    device_from_message,
     register_problem,
 )
+from kae_deviceplugin.testing.kubelet_streams import Plugin, StreamWatching, dial_back
 
 KUBELET_SOCKET = "kubelet.sock"
 DIAL_TIMEOUT = 10.0  # the kubelet's dial-back deadline during Register
-PRE_START_TIMEOUT = 30.0  # the kubelet's PreStartContainer deadline
-CALL_TIMEOUT = 10.0  # for the other unary calls, so a hung plugin fails a test instead of hanging
 
 
-@dataclass
-class _Plugin:
-    """The connection to one registered plugin; replaced by the next Register for the resource."""
-
-    endpoint: str
-    channel: grpc.Channel
-    stub: api_pb2_grpc.DevicePluginStub
-    thread: threading.Thread | None = None
-    stream: grpc.CallIterator[api_pb2.ListAndWatchResponse] | None = None
-
-
-class KubeletEmulator:
+class KubeletEmulator(PluginCalls, StreamWatching):
     """Serves v1beta1.Registration on `<dir>/kubelet.sock` and watches the plugins that register."""
 
     def __init__(self, device_plugin_dir: Path, *, dial_timeout: float = DIAL_TIMEOUT) -> None:
@@ -62,8 +50,8 @@ class KubeletEmulator:
         # An RLock underneath, so predicates given to wait_for may call the accessors.
         self._cond = threading.Condition()
         self._states: dict[str, ResourceState] = {}
-        self._plugins: dict[str, _Plugin] = {}
-        self._superseded: dict[str, list[_Plugin]] = {}  # connections a newer Register replaced
+        self._plugins: dict[str, Plugin] = {}
+        self._superseded: dict[str, list[Plugin]] = {}  # connections a newer Register replaced
         self.disconnects_by_old_streams = 0  # times the issue-121994 quirk struck
         self._registrations: list[RegistrationRecord] = []
         self._rejections: list[Rejection] = []
@@ -168,52 +156,6 @@ class KubeletEmulator:
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self), timeout)
 
-    # -- calls a kubelet makes to a registered plugin --------------------------------------
-
-    def options(self, resource: str) -> api_pb2.DevicePluginOptions:
-        return self._stub(resource).GetDevicePluginOptions(api_pb2.Empty(), timeout=CALL_TIMEOUT)
-
-    def allocate(self, resource: str, ids: Sequence[str]) -> api_pb2.AllocateResponse:
-        """Allocate for one container, as the kubelet does."""
-        return self.allocate_containers(resource, [ids])
-
-    def allocate_containers(
-        self, resource: str, containers: Sequence[Sequence[str]]
-    ) -> api_pb2.AllocateResponse:
-        """Allocate with several container requests in one call (allowed by the API)."""
-        request = api_pb2.AllocateRequest(
-            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=c) for c in containers]
-        )
-        return self._stub(resource).Allocate(request, timeout=CALL_TIMEOUT)
-
-    def preferred_allocation(
-        self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
-    ) -> api_pb2.PreferredAllocationResponse:
-        container = api_pb2.ContainerPreferredAllocationRequest(
-            available_deviceIDs=available, must_include_deviceIDs=must_include, allocation_size=size
-        )
-        request = api_pb2.PreferredAllocationRequest(container_requests=[container])
-        return self._stub(resource).GetPreferredAllocation(request, timeout=CALL_TIMEOUT)
-
-    def pre_start(self, resource: str, ids: Sequence[str]) -> api_pb2.PreStartContainerResponse:
-        request = api_pb2.PreStartContainerRequest(devices_ids=ids)
-        return self._stub(resource).PreStartContainer(request, timeout=PRE_START_TIMEOUT)
-
-    def drop_stream(self, resource: str) -> None:
-        """End one resource's ListAndWatch stream while the kubelet stays up (it won't re-dial)."""
-        with self._cond:
-            plugin = self._plugins.get(resource)
-        if plugin is None or plugin.stream is None:
-            raise KeyError(f"no stream for {resource!r}")
-        plugin.stream.cancel()  # type: ignore[no-untyped-call]  # untyped in grpc-stubs
-
-    def _stub(self, resource: str) -> api_pb2_grpc.DevicePluginStub:
-        with self._cond:
-            plugin = self._plugins.get(resource)
-        if plugin is None:
-            raise KeyError(f"no plugin is registered for {resource!r}")
-        return plugin.stub
-
     # -- Register --------------------------------------------------------------------------
 
     def register(
@@ -231,20 +173,13 @@ class KubeletEmulator:
         reason = register_problem(request, via_watcher=via_watcher)
         if reason is not None:
             return self._reject(request, reason)
-        channel = grpc.insecure_channel(f"unix://{self.directory / request.endpoint}")
-        stub = api_pb2_grpc.DevicePluginStub(channel)
-        try:
-            # wait_for_ready mirrors the kubelet's blocking dial: keep trying until the deadline.
-            options = stub.GetDevicePluginOptions(
-                api_pb2.Empty(), timeout=self._dial_timeout, wait_for_ready=True
-            )
-        except grpc.RpcError as error:
-            channel.close()
-            return self._reject(request, f"dial-back to {request.endpoint} failed: {error.code()}")
-        plugin = _Plugin(request.endpoint, channel, stub)
+        dialled = dial_back(self.directory, request.endpoint, self._dial_timeout)
+        if isinstance(dialled, str):
+            return self._reject(request, dialled)
+        plugin, options = dialled
         with self._cond:
             if epoch != self._epoch:  # the emulator stopped or restarted meanwhile
-                channel.close()
+                plugin.channel.close()
                 return "kubelet restarted during registration"
             old = self._plugins.get(request.resource_name)
             self._plugins[request.resource_name] = plugin
@@ -261,7 +196,7 @@ class KubeletEmulator:
             )
             # Like the kubelet, start watching concurrently with the reply to Register. The call
             # is made here, under the lock, so that _end_streams can always cancel it.
-            stream = stub.ListAndWatch(api_pb2.Empty())
+            stream = plugin.stub.ListAndWatch(api_pb2.Empty())
             plugin.stream = stream
             plugin.thread = threading.Thread(
                 target=self._watch,
@@ -284,57 +219,6 @@ class KubeletEmulator:
             self._rejections.append(rejection)
             self._cond.notify_all()
         return reason
-
-    def _watch(
-        self,
-        resource: str,
-        plugin: _Plugin,
-        stream: grpc.CallIterator[api_pb2.ListAndWatchResponse],
-    ) -> None:
-        """Record every ListAndWatch message until the stream ends; never re-dial."""
-        try:
-            for response in stream:
-                devices = tuple(device_from_message(d) for d in response.devices)
-                with self._cond:
-                    # Like the kubelet, a superseded connection's messages still count.
-                    if plugin not in (self._plugins.get(resource), *self._superseded_of(resource)):
-                        return
-                    state = self._states[resource]
-                    self._states[resource] = replace(
-                        state,
-                        devices=devices,
-                        messages=state.messages + 1,
-                        updated_at=time.monotonic(),
-                    )
-                    self._cond.notify_all()
-        except grpc.RpcError:
-            pass  # cancelled by us, or the plugin went away: both simply end the stream
-        finally:
-            self._stream_ended(resource, plugin)
-
-    def _superseded_of(self, resource: str) -> list[_Plugin]:
-        return self._superseded.get(resource, [])
-
-    def _stream_ended(self, resource: str, plugin: _Plugin) -> None:
-        """The kubelet's PluginDisconnected: it acts on the *current* client, whichever stream
-        ended."""
-        with self._cond:
-            current = self._plugins.get(resource)
-            if plugin in self._superseded_of(resource):
-                self._superseded[resource].remove(plugin)
-                plugin.channel.close()
-                if current is None:
-                    return
-                self.disconnects_by_old_streams += 1
-            elif current is not plugin:
-                return
-            state = self._states[resource]
-            self._states[resource] = replace(
-                state, devices=all_unhealthy(state.devices), stream_ended=True
-            )
-            self._cond.notify_all()
-        if current is not plugin and current is not None and current.stream is not None:
-            current.stream.cancel()  # type: ignore[no-untyped-call]  # untyped in grpc-stubs
 
 
 class _RegistrationService(api_pb2_grpc.RegistrationServicer):

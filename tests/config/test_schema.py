@@ -14,12 +14,12 @@ from click.testing import CliRunner
 
 from kae_deviceplugin.cli.main import main
 from kae_deviceplugin.cli.serve import load_settings, overrides_from, serve_options
+from kae_deviceplugin.config.reference import render_reference
 from kae_deviceplugin.config.schema import (
     ENGINE_FIELDS,
     OPTIONS,
     OPTIONS_BY_FIELD,
     default_of,
-    render_reference,
 )
 from kae_deviceplugin.config.settings import EngineSettings, EnvSettings, Settings
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from kae_deviceplugin.observability import http_server
+from kae_deviceplugin.observability import http_server, http_wire
 from kae_deviceplugin.observability.http_server import BoundedHttpServer, connection_cap
 from tests.support.http_client import (
     DEADLINE,
@@ -82,7 +82,7 @@ def test_an_answer_that_raises_is_a_500_and_the_server_goes_on(
 ) -> None:
     """A failing answer function gives 500 with its traceback logged; the next request works."""
     with serving(Answers()) as http:
-        assert exchange(http.port, b"GET /boom HTTP/1.1\r\n\r\n") == http_server.INTERNAL_ERROR
+        assert exchange(http.port, b"GET /boom HTTP/1.1\r\n\r\n") == http_wire.INTERNAL_ERROR
         assert exchange(http.port, REQUEST) == OK
     assert "answering a request failed" in caplog.text
     assert "RuntimeError: boom" in caplog.text
@@ -99,9 +99,9 @@ def test_a_head_of_max_head_bytes_fits_and_one_more_does_not() -> None:
     answers = Answers()
     with serving(answers) as http:
         assert exchange(http.port, head_of(http_server.MAX_HEAD)) == OK
-        assert exchange(http.port, head_of(http_server.MAX_HEAD + 1)) == http_server.TOO_LARGE
+        assert exchange(http.port, head_of(http_server.MAX_HEAD + 1)) == http_wire.TOO_LARGE
         endless = b"GET / HTTP/1.1\r\nX-Pad: " + b"a" * 20_000
-        assert exchange(http.port, endless) == http_server.TOO_LARGE
+        assert exchange(http.port, endless) == http_wire.TOO_LARGE
     assert [len(head) for head in answers.heads] == [http_server.MAX_HEAD]
 
 

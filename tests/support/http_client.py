@@ -11,11 +11,11 @@ import socket
 import threading
 from collections.abc import Iterator
 
-from kae_deviceplugin.observability import http_server
+from kae_deviceplugin.observability import http_server, http_wire
 from kae_deviceplugin.observability.http_server import BoundedHttpServer
 
 DEADLINE = 10.0
-OK = http_server.plain_response(200, "OK", b"ok\n", "text/plain")
+OK = http_wire.plain_response(200, "OK", b"ok\n", "text/plain")
 REQUEST = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
@@ -38,7 +38,7 @@ class Answers:
         if head.startswith(b"GET /boom "):
             raise RuntimeError("boom")
         if head.startswith(b"GET /big "):
-            return http_server.plain_response(200, "OK", self.big, "text/plain")
+            return http_wire.plain_response(200, "OK", self.big, "text/plain")
         return OK
 
     def wait_for_calls(self, count: int) -> bool:
