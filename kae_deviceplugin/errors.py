@@ -11,6 +11,10 @@
     ├── SocketInUse             another live process serves the socket we were about to create
     ├── SocketVanished          our freshly bound socket was deleted at once (a kubelet's sweep)
     ├── RegistrationFailed      the kubelet answered Register with an error
+    ├── CheckpointError         the DRA checkpoint cannot be trusted (its path and why)
+    │   ├── CheckpointCorrupt   not what this daemon writes: torn by hand, truncated, checksum
+    │   └── CheckpointTooNew    written by a newer daemon in a format this one does not know
+    ├── ClaimRefused            a claim the DRA plugin cannot prepare (the reason for the kubelet)
     └── ApiError                the API server refused a call or cannot be reached (its status)
 
 ``ConfigError`` is not an exception: it is one problem inside an ``InvalidConfig``.
@@ -140,3 +144,25 @@ class ApiError(KaeDevicePluginError):
         super().__init__(message)
         self.status = status
         self.reason = reason  # the Status object's reason: NotFound, Conflict, AlreadyExists...
+
+
+class CheckpointError(KaeDevicePluginError):
+    """The DRA checkpoint cannot be trusted; the message names its path and why.
+
+    Refusing, rather than starting empty, keeps the record of prepared claims: an empty start
+    would answer every later Unprepare with success and leave their CDI specs behind.
+    """
+
+    exit_code = 3
+
+
+class CheckpointCorrupt(CheckpointError):
+    """The checkpoint is not what this daemon writes (unparseable, wrong shape, bad checksum)."""
+
+
+class CheckpointTooNew(CheckpointError):
+    """The checkpoint carries a version this daemon does not know (written by a newer one)."""
+
+
+class ClaimRefused(KaeDevicePluginError):
+    """A ResourceClaim the DRA plugin cannot prepare; the message goes to the kubelet."""

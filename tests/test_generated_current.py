@@ -128,15 +128,28 @@ def test_plugin_registration_method_paths() -> None:
     }
 
 
-def test_all_three_apis_load_in_one_process() -> None:
-    """The three api.proto files register under distinct names, so a fresh process loads all."""
+# Every generated API, by module and by the file name it registers in the descriptor pool.
+ALL_APIS = (
+    "deviceplugin.v1beta1",
+    "podresources.v1",
+    "pluginregistration.v1",
+    "dra.v1",
+    "dra.v1beta1",
+    "drahealth.v1",
+    "drahealth.v1alpha1",
+)
+
+
+def test_all_apis_load_in_one_process() -> None:
+    """Every api.proto registers under a distinct file name and distinct full names, so a fresh
+    process loads all of them, including the two that share the bare package `v1`."""
     code = "\n".join(
         [
             "import importlib",
-            f"names = [importlib.import_module('{GENERATED}.' + m).DESCRIPTOR.name for m in (",
-            "    'deviceplugin.v1beta1.api_pb2', 'podresources.v1.api_pb2',",
-            "    'pluginregistration.v1.api_pb2')]",
-            "for m in ('deviceplugin.v1beta1', 'podresources.v1', 'pluginregistration.v1'):",
+            f"apis = {ALL_APIS!r}",
+            f"names = [importlib.import_module('{GENERATED}.' + m + '.api_pb2').DESCRIPTOR.name",
+            "         for m in apis]",
+            "for m in apis:",
             f"    importlib.import_module('{GENERATED}.' + m + '.api_pb2_grpc')",
             "print(','.join(names))",
         ]
@@ -146,10 +159,50 @@ def test_all_three_apis_load_in_one_process() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().split(",") == [
-        "deviceplugin/v1beta1/api.proto",
-        "podresources/v1/api.proto",
-        "pluginregistration/v1/api.proto",
+        m.replace(".", "/") + "/api.proto" for m in ALL_APIS
     ]
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_dra_plugin_method_paths(version: str) -> None:
+    """The DRA plugin stubs call the kubelet's fully qualified DRAPlugin paths, both unary."""
+    service = f"/k8s.io.kubelet.pkg.apis.dra.{version}.DRAPlugin"
+    paths = _stub_paths(f"{GENERATED}.dra.{version}.api_pb2_grpc", "DRAPluginStub")
+    assert paths == {
+        f"{service}/NodePrepareResources": "unary_unary",
+        f"{service}/NodeUnprepareResources": "unary_unary",
+    }
+
+
+@pytest.mark.parametrize("version", ["v1", "v1alpha1"])
+def test_dra_health_method_paths(version: str) -> None:
+    """The health stubs use the bare package (`v1`, `v1alpha1`) and a server stream."""
+    paths = _stub_paths(f"{GENERATED}.drahealth.{version}.api_pb2_grpc", "DRAResourceHealthStub")
+    assert paths == {f"/{version}.DRAResourceHealth/NodeWatchResources": "unary_stream"}
+
+
+def test_dra_field_numbers() -> None:
+    """Wire numbers of the DRA messages; share_id exists in v1 only."""
+    from kae_deviceplugin._generated.dra.v1 import api_pb2 as v1
+    from kae_deviceplugin._generated.dra.v1beta1 import api_pb2 as v1beta1
+    from kae_deviceplugin._generated.drahealth.v1 import api_pb2 as health
+
+    def numbers(message: Any) -> dict[str, int]:
+        return {f.name: f.number for f in message.DESCRIPTOR.fields}
+
+    device = {"request_names": 1, "pool_name": 2, "device_name": 3, "cdi_device_ids": 4}
+    assert numbers(v1.Device) == {**device, "share_id": 5}
+    assert numbers(v1beta1.Device) == device
+    assert numbers(v1.Claim) == {"namespace": 1, "uid": 2, "name": 3}
+    assert numbers(v1.NodePrepareResourceResponse) == {"devices": 1, "error": 2}
+    assert numbers(health.DeviceHealth) == {
+        "device": 1,
+        "health": 2,
+        "last_updated_time": 3,
+        "health_check_timeout_seconds": 4,
+        "message": 5,
+    }
+    assert dict(health.HealthStatus.items()) == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
 
 
 def test_device_plugin_field_numbers() -> None:

@@ -1,0 +1,1 @@
+"""The Dynamic Resource Allocation front end: slices, prepare/unprepare, checkpoint, health."""

@@ -1,0 +1,65 @@
+"""The only door from the DRA front end to the generated DRA code: modules, names, constants.
+
+The kubelet names services in two ways: the plugin-registration answer lists *service names*
+(``v1.DRAPlugin``: the last two components of the gRPC service name), while the gRPC method paths
+use the full names (``/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources``). Both
+are read from the generated descriptors here, so they cannot drift from the protos.
+"""
+
+from __future__ import annotations
+
+from kae_deviceplugin._generated.dra.v1 import api_pb2 as dra_v1
+from kae_deviceplugin._generated.dra.v1 import api_pb2_grpc as dra_v1_grpc
+from kae_deviceplugin._generated.dra.v1beta1 import api_pb2 as dra_v1beta1
+from kae_deviceplugin._generated.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
+from kae_deviceplugin._generated.drahealth.v1 import api_pb2 as health_v1
+from kae_deviceplugin._generated.drahealth.v1 import api_pb2_grpc as health_v1_grpc
+from kae_deviceplugin._generated.drahealth.v1alpha1 import api_pb2 as health_v1alpha1
+from kae_deviceplugin._generated.drahealth.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
+
+__all__ = [
+    "DRIVER",
+    "HEALTH_SERVICES",
+    "PLUGIN_SERVICES",
+    "PLUGIN_TYPE",
+    "dra_v1",
+    "dra_v1_grpc",
+    "dra_v1beta1",
+    "dra_v1beta1_grpc",
+    "full_service_name",
+    "health_v1",
+    "health_v1_grpc",
+    "health_v1alpha1",
+    "health_v1alpha1_grpc",
+    "service_name",
+]
+
+# The driver name: spec.driver of our ResourceSlices, results[].driver of the claims we prepare,
+# PluginInfo.name at registration, and the directory of the service socket.
+DRIVER = "kae.openfuyao.com"
+# PluginInfo.type of a DRA driver in the plugin-watcher registration.
+PLUGIN_TYPE = "DRAPlugin"
+
+
+def full_service_name(module: object, service: str) -> str:
+    """The gRPC service's fully qualified name, from a generated ``*_pb2`` module."""
+    descriptor = getattr(module, "DESCRIPTOR", None)
+    if descriptor is None or service not in descriptor.services_by_name:
+        raise LookupError(f"{module!r} defines no service {service!r}")
+    return str(descriptor.services_by_name[service].full_name)
+
+
+def service_name(module: object, service: str) -> str:
+    """The name the kubelet expects in ``supported_versions``: ``<version>.<Service>``."""
+    return ".".join(full_service_name(module, service).split(".")[-2:])
+
+
+# Newest first: the kubelet uses the first version it supports.
+PLUGIN_SERVICES: tuple[str, ...] = (
+    service_name(dra_v1, "DRAPlugin"),
+    service_name(dra_v1beta1, "DRAPlugin"),
+)
+HEALTH_SERVICES: tuple[str, ...] = (
+    service_name(health_v1, "DRAResourceHealth"),
+    service_name(health_v1alpha1, "DRAResourceHealth"),
+)

@@ -1,0 +1,202 @@
+"""One KAE device as a ResourceSlice device: its name, attributes, capacity and taints (pure).
+
+Attribute rules (issue 20), and why:
+
+* Our own attributes are unqualified: the API puts them in the driver's domain
+  (``device.attributes["kae.openfuyao.com"].engine``), and a 1.38 change refuses attributes
+  qualified with the driver's own domain.
+* ``alg_<name>`` is a bool per algorithm. A CEL selector naming a key a device lacks is a
+  runtime error that fails the pod's scheduling, and a DeviceClass is evaluated against every
+  device of the driver on every node. So every device of an engine carries the same fixed set of
+  ``alg_*`` keys, the engine's whole family from :data:`ALGORITHM_FAMILIES`, ``false`` where the
+  kernel does not list it. The family cannot come from what this node shows (another node's
+  kernel may list more), so it is a table: the V2 algorithms of ``core/engines.py`` (what the
+  device plugin already serves) plus the names the mainline HiSilicon drivers can print in
+  ``algorithms`` (``hpre_dev_algs``, ``sec_dev_algs``, ``zip_dev_algs``). An algorithm a device
+  lists beyond its family is published too (``true``); selectors on such a name need ``has()``.
+* Values: strings longer than 64 characters are cut to 64 (and noted). A cut value can never
+  equal the longer text a selector names, while leaving the key out would make every selector
+  naming it an error on this device; identity strings (names, PCI addresses) are short by
+  construction. ``driverVersion`` is a ``version`` when it is semver, else a string.
+* At most 32 attributes and capacities: the fixed keys and the family take at most 17; names a
+  device lists beyond that are dropped last-first (and noted).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kae_deviceplugin.core.engines import ENGINES
+from kae_deviceplugin.core.model import Function, UacceDevice
+from kae_deviceplugin.dra.api import DRIVER
+
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_VALUE_LENGTH = 64
+MAX_IDENTIFIER_LENGTH = 32
+MAX_LABEL_VALUE_LENGTH = 63
+STANDARD_PREFIX = "resource.kubernetes.io/"
+PCI_BUS_ID = STANDARD_PREFIX + "pciBusID"
+PCIE_ROOT = STANDARD_PREFIX + "pcieRoot"
+NUMA_NODE = STANDARD_PREFIX + "numaNode"
+QUEUES = "queues"
+UNHEALTHY_TAINT_KEY = f"{DRIVER}/unhealthy"
+
+TaintEffect = Literal["NoSchedule", "NoExecute", "None"]
+TAINT_EFFECTS: tuple[TaintEffect, ...] = ("NoSchedule", "NoExecute", "None")
+
+# The kernel drivers' algorithm tables (mainline drivers/crypto/hisilicon/*/..._main.c), after
+# the V2 set of core/engines.py. Order is the publishing order.
+_KERNEL_ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "hpre": ("rsa", "dh", "ecdh", "x25519", "x448", "ecdsa", "sm2"),
+    "sec": ("cipher", "digest", "aead"),
+    "zip": ("zlib", "gzip", "deflate", "lz77_zstd", "lz77_only", "lz4"),
+}
+ALGORITHM_FAMILIES: dict[str, tuple[str, ...]] = {
+    engine.name: tuple(
+        dict.fromkeys((*engine.algorithms, *_KERNEL_ALGORITHMS.get(engine.name, ())))
+    )
+    for engine in ENGINES
+}
+
+_NOT_IDENTIFIER = re.compile(r"[^a-z0-9_]")
+_PCIE_ROOT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
+_LABEL_END = re.compile(r"[^A-Za-z0-9]+$")
+# semver.org 2.0.0, ASCII digits only (the API server parses versions strictly).
+_NUM = r"(?:0|[1-9][0-9]*)"
+_PRE = r"(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
+_SEMVER = re.compile(
+    rf"{_NUM}\.{_NUM}\.{_NUM}(?:-{_PRE}(?:\.{_PRE})*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceOptions:
+    """What to publish beyond the description: taints and sharing (issue 21)."""
+
+    taint_effect: TaintEffect | None = None  # None: an unhealthy device is not published
+    shared_engines: frozenset[str] = frozenset()  # engines whose queues are consumable capacity
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedDevice:
+    """A slice device as JSON-able data, and what had to be cut or left out to publish it."""
+
+    entry: dict[str, Any]
+    notes: tuple[str, ...] = field(default=())
+
+
+def device_name(device: UacceDevice) -> str:
+    """The device's name in the pool: a DNS label from the PCI address, never the uacce index."""
+    return f"{device.engine}-{device.pci_address.replace(':', '-').replace('.', '-')}"
+
+
+def algorithm_attribute(algorithm: str) -> str:
+    """``alg_<name>``: lower case, every character outside ``[a-z0-9_]`` as ``_``."""
+    return "alg_" + _NOT_IDENTIFIER.sub("_", algorithm.lower())
+
+
+def pcie_root(pci_path: str) -> str | None:
+    """The PCIe root complex (``pci0000:78``): the ``pci<dom>:<bus>`` directory under
+    ``devices/`` on the function's sysfs path, as k8s.io/dynamic-resource-allocation names it."""
+    parts = pci_path.split("/")
+    for index in range(len(parts) - 1, 0, -1):
+        if parts[index - 1] == "devices" and _PCIE_ROOT.fullmatch(parts[index]):
+            return parts[index]
+    return None
+
+
+def unhealthy_taint(device: UacceDevice, effect: TaintEffect) -> dict[str, str]:
+    """The taint of an unhealthy device; the value (a label value) names its reasons."""
+    value = ".".join(device.reasons) or "unhealthy"
+    value = _LABEL_END.sub("", value[:MAX_LABEL_VALUE_LENGTH])
+    return {"key": UNHEALTHY_TAINT_KEY, "value": value, "effect": effect}
+
+
+def _string(value: str, key: str, notes: list[str]) -> dict[str, Any]:
+    if len(value) > MAX_VALUE_LENGTH:
+        notes.append(f"attribute {key} cut to {MAX_VALUE_LENGTH} characters")
+        value = value[:MAX_VALUE_LENGTH]
+    return {"string": value}
+
+
+def _version(value: str, notes: list[str]) -> dict[str, Any]:
+    if len(value) <= MAX_VALUE_LENGTH and _SEMVER.fullmatch(value):
+        return {"version": value}
+    return _string(value, "driverVersion", notes)
+
+
+def _described(device: UacceDevice, notes: list[str]) -> dict[str, dict[str, Any]]:
+    attributes: dict[str, dict[str, Any]] = {
+        "engine": {"string": device.engine},
+        "function": {"string": "vf" if device.function is Function.VF else "pf"},
+        "uacceName": _string(device.name, "uacceName", notes),
+        PCI_BUS_ID: {"string": device.pci_address},
+    }
+    if device.parent_pf is not None:
+        attributes["physfn"] = {"string": device.parent_pf}
+    if device.api is not None:
+        attributes["api"] = _string(device.api, "api", notes)
+    if device.driver_version is not None:
+        attributes["driverVersion"] = _version(device.driver_version, notes)
+    root = pcie_root(device.pci_path)
+    if root is not None:
+        attributes[PCIE_ROOT] = {"string": root}
+    if device.numa_node is not None:
+        attributes[NUMA_NODE] = {"int": device.numa_node}
+    return attributes
+
+
+def _algorithms(device: UacceDevice, room: int, notes: list[str]) -> dict[str, dict[str, Any]]:
+    listed = {algorithm_attribute(a) for a in device.algorithms}
+    family = [algorithm_attribute(a) for a in ALGORITHM_FAMILIES.get(device.engine, ())]
+    extra = sorted(listed - set(family))
+    too_long = [name for name in extra if len(name) > MAX_IDENTIFIER_LENGTH]
+    notes.extend(
+        f"algorithm attribute {name[:40]} is longer than 32: left out" for name in too_long
+    )
+    names = family + [name for name in extra if name not in too_long]
+    if len(names) > room:
+        notes.append(f"{len(names) - room} algorithm attributes left out (32 per device)")
+        names = names[:room]
+    return {name: {"bool": name in listed} for name in names}
+
+
+def render_device(
+    device: UacceDevice, queues: int | None, options: DeviceOptions
+) -> RenderedDevice:
+    """The slice device for ``device`` with ``queues`` hardware queues (None: unknown)."""
+    notes: list[str] = []
+    attributes = _described(device, notes)
+    capacity: dict[str, dict[str, Any]] = {}
+    shared = device.engine in options.shared_engines
+    if queues is not None:
+        capacity[QUEUES] = {"value": str(queues)}
+        if shared:
+            policy = {"default": "1", "validRange": {"min": "1", "step": "1"}}
+            capacity[QUEUES]["requestPolicy"] = policy
+    elif shared:
+        notes.append("queue total unknown: not shared")
+    room = MAX_ATTRIBUTES_AND_CAPACITIES - len(attributes) - len(capacity)
+    attributes.update(_algorithms(device, room, notes))
+    entry: dict[str, Any] = {"name": device_name(device), "attributes": attributes}
+    if capacity:
+        entry["capacity"] = capacity
+    if shared and queues is not None:
+        entry["allowMultipleAllocations"] = True
+    if options.taint_effect is not None and not device.healthy:
+        entry["taints"] = [unhealthy_taint(device, options.taint_effect)]
+    return RenderedDevice(entry, tuple(f"{entry['name']}: {n}" for n in notes))
+
+
+def render_devices(
+    devices: Iterable[UacceDevice], queues: Mapping[str, int], options: DeviceOptions
+) -> list[RenderedDevice]:
+    """The published devices in order; unhealthy ones are left out unless they get a taint."""
+    return [
+        render_device(d, queues.get(d.pci_address), options)
+        for d in devices
+        if d.healthy or options.taint_effect is not None
+    ]
