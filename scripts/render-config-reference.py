@@ -10,9 +10,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kae_deviceplugin.config.reference import render_reference
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # render from this checkout's table, not an installed copy's
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+from kae_deviceplugin.config.reference import render_reference  # noqa: E402
+
+DOC = ROOT / "docs" / "configuration.md"
 BEGIN, END = "<!-- BEGIN settings reference -->\n", "<!-- END settings reference -->"
 
 

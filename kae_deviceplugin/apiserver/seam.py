@@ -20,6 +20,7 @@ class Kind:
 
     group: str
     version: str
+    kind: str
     plural: str
     namespaced: bool
 
@@ -28,9 +29,10 @@ class Kind:
         return f"{self.group}/{self.version}" if self.group else self.version
 
 
-RESOURCE_SLICES = Kind("resource.k8s.io", "v1", "resourceslices", namespaced=False)
-RESOURCE_CLAIMS = Kind("resource.k8s.io", "v1", "resourceclaims", namespaced=True)
-NODES = Kind("", "v1", "nodes", namespaced=False)
+RESOURCE_SLICES = Kind("resource.k8s.io", "v1", "ResourceSlice", "resourceslices", namespaced=False)
+RESOURCE_CLAIMS = Kind("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims", namespaced=True)
+DEVICE_CLASSES = Kind("resource.k8s.io", "v1", "DeviceClass", "deviceclasses", namespaced=False)
+NODES = Kind("", "v1", "Node", "nodes", namespaced=False)
 
 
 class ApiServer(Protocol):
@@ -44,7 +46,7 @@ class ApiServer(Protocol):
 
     async def replace(self, kind: Kind, body: JsonObject) -> JsonObject: ...
 
-    async def delete(self, kind: Kind, name: str) -> None: ...
+    async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None: ...
 
     def watch(
         self, kind: Kind, field_selector: Mapping[str, str]

@@ -1,0 +1,181 @@
+"""Keeps the node's ResourceSlices in the API equal to what the inventory says, and no more.
+
+One reconcile compares the slices the API holds (listed by ``spec.driver`` and ``spec.nodeName``)
+with the ones the current inventory makes: nothing is written when they agree, so a driver at
+rest costs the API server nothing; otherwise the pool's generation goes up by one and only the
+slices that differ are created, replaced or deleted. A watch on the same selector wakes the loop
+when someone else changes or deletes a slice (the kubelet wipes a node's slices at its start and
+30 s after losing the driver), and the next reconcile writes them back. What the API server
+returns is compared with what was written: a field it drops silently (its feature gate off) is
+logged as an error once, not re-written forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kae_deviceplugin.apiserver.seam import RESOURCE_SLICES, ApiServer, JsonObject
+from kae_deviceplugin.core.broadcast import LatestValue, wait_until_set
+from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.errors import ApiError
+
+log = logging.getLogger(__name__)
+
+RETRY_START = 0.2  # after a failed reconcile or a broken watch, doubled up to RETRY_CAP
+RETRY_CAP = 10.0
+# Slices of one inventory at one pool generation (dra.slices.build_slices, bound to the node).
+Builder = Callable[[Inventory, int], Sequence[JsonObject]]
+
+
+def dropped_fields(written: Any, read: Any, path: str = "") -> list[str]:
+    """Paths of what ``written`` holds and ``read`` lacks or holds otherwise (read may add)."""
+    if isinstance(written, Mapping) and isinstance(read, Mapping):
+        return [
+            missing
+            for key, value in written.items()
+            for missing in (
+                dropped_fields(value, read[key], f"{path}.{key}")
+                if key in read
+                else [f"{path}.{key}"]
+            )
+        ]
+    if isinstance(written, list) and isinstance(read, list) and len(written) == len(read):
+        return [m for i, (w, r) in enumerate(zip(written, read, strict=True)) for m in
+                dropped_fields(w, r, f"{path}[{i}]")]  # fmt: skip
+    return [] if written == read else [path or "."]
+
+
+def field_of(path: str) -> str:
+    """A dropped path as a field, the same for every device: ``spec.devices[].capacity``."""
+    return re.sub(r"\[\d+\]", "[]", path.lstrip("."))
+
+
+def _content(slice_: Mapping[str, Any]) -> JsonObject:
+    """A slice's spec without the pool generation: what a change of the inventory changes."""
+    spec = dict(slice_["spec"])
+    spec["pool"] = {k: v for k, v in spec["pool"].items() if k != "generation"}
+    return {"spec": spec, "owners": slice_["metadata"].get("ownerReferences")}
+
+
+class SlicePublisher:
+    """Reconciles one node's pool of ResourceSlices with the inventory it is given."""
+
+    def __init__(self, api: ApiServer, driver: str, node: str, build: Builder) -> None:
+        self.api = api
+        self.selector = {"spec.driver": driver, "spec.nodeName": node}
+        self.build = build
+        self.generation = 0  # the pool generation last written or found
+        self.writes = 0  # API writes made, for the benchmark and the tests
+        self._reported: set[str] = set()  # dropped fields already logged
+        self.wake = asyncio.Event()
+
+    async def reconcile(self, inventory: Inventory) -> int:
+        """Make the API's slices those of ``inventory``; the number of writes it took."""
+        existing = {
+            s["metadata"]["name"]: s for s in await self.api.list(RESOURCE_SLICES, self.selector)
+        }
+        generations = [s["spec"]["pool"].get("generation", 0) for s in existing.values()]
+        self.generation = max([self.generation, *generations])
+        wanted = self.build(inventory, self.generation)
+        if self._agrees(existing, wanted) and len(set(generations)) == 1:
+            return 0
+        self.generation += 1
+        wanted = self.build(inventory, self.generation)
+        writes = 0
+        for body in wanted:
+            name = body["metadata"]["name"]
+            old = existing.pop(name, None)
+            if old is None:
+                read = await self.api.create(RESOURCE_SLICES, body)
+            else:
+                metadata = {
+                    **body["metadata"],
+                    "resourceVersion": old["metadata"]["resourceVersion"],
+                }
+                read = await self.api.replace(RESOURCE_SLICES, {**body, "metadata": metadata})
+            self._check(body, read)
+            writes += 1
+        for name in existing:  # left over from a larger pool
+            await self.api.delete(RESOURCE_SLICES, name)
+            writes += 1
+        self.writes += writes
+        log.info("published %d ResourceSlice(s) at pool generation %d (%d writes)",
+                 len(wanted), self.generation, writes)  # fmt: skip
+        return writes
+
+    def _agrees(self, existing: Mapping[str, JsonObject], wanted: Sequence[JsonObject]) -> bool:
+        if set(existing) != {body["metadata"]["name"] for body in wanted}:
+            return False
+        # A field the server does not keep (reported once) is no reason to write again.
+        return all(
+            field_of(path) in self._reported
+            for body in wanted
+            for path in dropped_fields(_content(body), _content(existing[body["metadata"]["name"]]))
+        )
+
+    def _check(self, written: JsonObject, read: JsonObject) -> None:
+        """Log, once each, fields the API server did not keep (e.g. a feature gate is off)."""
+        for path in dropped_fields(written["spec"], read.get("spec", {}), "spec"):
+            field = field_of(path)
+            if field not in self._reported:
+                self._reported.add(field)
+                log.error(
+                    "the API server did not keep %s of ResourceSlice %s (a feature gate off?)",
+                    field,
+                    written["metadata"]["name"],
+                )
+
+    async def run(self, inventories: LatestValue[Inventory]) -> None:
+        """Reconcile on every new inventory and whenever the watch sees our slices change."""
+        watcher = asyncio.create_task(self._watch())
+        try:
+            await self._follow(inventories)
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+    async def _follow(self, inventories: LatestValue[Inventory]) -> None:
+        delay = RETRY_START
+        latest = inventories.value
+        updates = inventories.updates()
+        next_update = asyncio.ensure_future(anext(updates))
+        try:
+            while True:
+                try:
+                    await self.reconcile(latest)
+                    delay = RETRY_START
+                except ApiError as err:
+                    log.warning("ResourceSlices not published: %s; retrying in %.1f s", err, delay)
+                    await wait_until_set(self.wake, delay)
+                    delay = min(delay * 2, RETRY_CAP)
+                    continue
+                wake = asyncio.ensure_future(self.wake.wait())
+                done, _ = await asyncio.wait(
+                    [next_update, wake], return_when=asyncio.FIRST_COMPLETED
+                )
+                wake.cancel()
+                self.wake.clear()
+                if next_update in done:
+                    _version, latest = next_update.result()
+                    next_update = asyncio.ensure_future(anext(updates))
+        finally:
+            next_update.cancel()
+
+    async def _watch(self) -> None:
+        """Wake the loop on any event of our slices that we did not cause ourselves."""
+        delay = RETRY_START
+        while True:
+            try:
+                async for event, obj in self.api.watch(RESOURCE_SLICES, self.selector):
+                    generation = obj.get("spec", {}).get("pool", {}).get("generation")
+                    if event == "DELETED" or generation != self.generation:
+                        self.wake.set()
+                delay = RETRY_START
+            except ApiError as err:
+                log.warning("watch of ResourceSlices broke: %s; again in %.1f s", err, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_CAP)

@@ -1,0 +1,190 @@
+"""The slice publisher on its own, against the in-memory API server of tests/support: nothing is
+written at rest, one change costs one write per changed slice and one generation, a wipe by
+someone else is repaired from the watch, a field the server drops is logged once, failures retry."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from kae_deviceplugin.apiserver.seam import RESOURCE_SLICES, JsonObject
+from kae_deviceplugin.core.broadcast import LatestValue
+from kae_deviceplugin.core.model import Health, Inventory
+from kae_deviceplugin.dra import publisher as publisher_module
+from kae_deviceplugin.dra.api import DRIVER
+from kae_deviceplugin.dra.publisher import SlicePublisher, dropped_fields
+from kae_deviceplugin.dra.slices import NodeRef, build_slices
+from kae_deviceplugin.errors import ApiError
+from tests.dra.inventories import fixture_inventory
+from tests.support.fake_apiserver import FakeApiServer
+
+NODE = NodeRef("node-a", "6f1c1d2e-0000-4000-8000-000000000001")
+DEADLINE = 10.0
+
+
+def builder(queues: int = 256) -> Callable[[Inventory, int], Sequence[JsonObject]]:
+    def build(inventory: Inventory, generation: int) -> Sequence[JsonObject]:
+        totals = {d.pci_address: queues for d in inventory}
+        return build_slices(inventory, NODE, generation=generation, queues=totals).slices
+
+    return build
+
+
+def unhealthy_first(inventory: Inventory) -> Inventory:
+    first = dataclasses.replace(
+        inventory.devices[0], health=Health.UNHEALTHY, reasons=("isolated",)
+    )
+    return Inventory((first, *inventory.devices[1:]))
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(DEADLINE):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+def test_a_pool_is_written_once_and_not_again_at_rest() -> None:
+    """The first reconcile creates the slice; the same inventory again writes nothing."""
+    api = FakeApiServer()
+    publisher = SlicePublisher(api, DRIVER, NODE.name, builder())
+    inventory = fixture_inventory("kunpeng920-2p")
+
+    async def main() -> None:
+        assert await publisher.reconcile(inventory) == 1
+        assert await publisher.reconcile(inventory) == 0
+        [stored] = await api.list(RESOURCE_SLICES, {"spec.nodeName": NODE.name})
+        assert stored["spec"]["pool"] == {
+            "name": NODE.name,
+            "generation": 1,
+            "resourceSliceCount": 1,
+        }
+        assert len(stored["spec"]["devices"]) == 6
+
+    asyncio.run(main())
+    assert api.writes == 1
+
+
+def test_a_change_bumps_the_generation_with_one_write() -> None:
+    """A device turning unhealthy (left out untainted) replaces the slice at generation 2."""
+    api = FakeApiServer()
+    publisher = SlicePublisher(api, DRIVER, NODE.name, builder())
+    inventory = fixture_inventory("kunpeng920-2p")
+
+    async def main() -> None:
+        await publisher.reconcile(inventory)
+        assert await publisher.reconcile(unhealthy_first(inventory)) == 1
+        [stored] = await api.list(RESOURCE_SLICES, {"spec.driver": DRIVER})
+        assert stored["spec"]["pool"]["generation"] == 2
+        assert len(stored["spec"]["devices"]) == 5
+
+    asyncio.run(main())
+
+
+def test_a_restarted_publisher_adopts_an_equal_pool_and_outbids_a_stale_one() -> None:
+    """A new publisher (a driver restart) writes nothing for equal slices, and a generation above
+    the one it finds for different ones."""
+    api = FakeApiServer()
+    inventory = fixture_inventory("kunpeng920-2p")
+
+    async def main() -> None:
+        await SlicePublisher(api, DRIVER, NODE.name, builder()).reconcile(inventory)
+        await SlicePublisher(api, DRIVER, NODE.name, builder()).reconcile(
+            unhealthy_first(inventory)
+        )
+        again = SlicePublisher(api, DRIVER, NODE.name, builder())
+        assert await again.reconcile(unhealthy_first(inventory)) == 0
+        assert again.generation == 2
+
+    asyncio.run(main())
+
+
+def test_a_shrinking_pool_deletes_the_slices_it_no_longer_needs() -> None:
+    """200 devices take two slices; back to 6, the second is deleted."""
+    api = FakeApiServer()
+    publisher = SlicePublisher(api, DRIVER, NODE.name, builder())
+    small = fixture_inventory("kunpeng920-2p")
+    template = small.devices[0]
+    big = Inventory(
+        tuple(
+            dataclasses.replace(template, pci_address=f"0000:{i // 32:02x}:{i % 32:02x}.0")
+            for i in range(200)
+        )
+    )
+
+    async def main() -> None:
+        assert await publisher.reconcile(big) == 2
+        assert await publisher.reconcile(small) == 2  # one replaced, one deleted
+        stored = await api.list(RESOURCE_SLICES, {"spec.driver": DRIVER})
+        assert [s["spec"]["pool"]["resourceSliceCount"] for s in stored] == [1]
+
+    asyncio.run(main())
+
+
+def test_slices_wiped_by_someone_else_come_back_from_the_watch() -> None:
+    """The kubelet deletes the node's slices: the watch wakes the loop and they are re-created."""
+    api = FakeApiServer()
+    publisher = SlicePublisher(api, DRIVER, NODE.name, builder())
+    inventories = LatestValue(fixture_inventory("kunpeng920-2p"))
+
+    async def main() -> None:
+        task = asyncio.create_task(publisher.run(inventories))
+        try:
+            await until(lambda: len(api.objects) == 1)
+            api.wipe(RESOURCE_SLICES)
+            await until(lambda: len(api.objects) == 1)
+            [stored] = api.objects.values()
+            assert stored["spec"]["pool"]["generation"] == 2
+            inventories.publish(unhealthy_first(inventories.value))
+            await until(lambda: publisher.generation == 3)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_a_field_the_server_drops_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A server without the gate of a field keeps the rest: one error line names the field,
+    and its absence is no reason to write the same slice again."""
+    api = FakeApiServer(drop=("spec.devices.capacity",))
+    publisher = SlicePublisher(api, DRIVER, NODE.name, builder())
+    inventory = fixture_inventory("kunpeng920-2p")
+
+    async def main() -> None:
+        await publisher.reconcile(inventory)
+        assert await publisher.reconcile(inventory) == 0
+        await publisher.reconcile(unhealthy_first(inventory))
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(main())
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "spec.devices[].capacity" in errors[0], errors
+
+
+def test_an_api_failure_is_retried_with_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused list is logged and retried; the pool is published once the server answers."""
+    monkeypatch.setattr(publisher_module, "RETRY_START", 0.01)
+    api = FakeApiServer()
+    api.fail_next = ApiError("list resourceslices: forbidden", status=403, reason="Forbidden")
+    publisher = SlicePublisher(api, DRIVER, NODE.name, builder())
+
+    async def main() -> None:
+        task = asyncio.create_task(publisher.run(LatestValue(fixture_inventory("kunpeng920-2p"))))
+        try:
+            await until(lambda: len(api.objects) == 1)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_dropped_fields_names_only_what_was_written_and_lost() -> None:
+    """Added fields do not count; a missing or changed one is named by its path."""
+    written = {"a": {"b": 1, "c": [{"d": 2}]}}
+    assert dropped_fields(written, {"a": {"b": 1, "c": [{"d": 2, "e": 3}]}, "z": 0}) == []
+    assert dropped_fields(written, {"a": {"c": [{"d": 3}]}}) == [".a.b", ".a.c[0].d"]
