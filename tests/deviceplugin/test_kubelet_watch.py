@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from kae_deviceplugin.deviceplugin.kubelet_watch import KubeletWatch
-from tests.deviceplugin.test_server_set import HPRE, server_set, until
+from kae_deviceplugin.deviceplugin.server_set import ServerSet
+from tests.deviceplugin.test_server_set import HPRE, RecordingRegistrar, server_set, until
 from tests.support.harness import short_tmpdir
 
 
@@ -25,6 +29,37 @@ def listen(path: Path) -> socket.socket:
     return sock
 
 
+@dataclass
+class Watched:
+    """A started HPRE server under a running kubelet watch, and a live kubelet.sock."""
+
+    servers: ServerSet
+    registrar: RecordingRegistrar
+    kubelet: socket.socket
+    ticks: list[None] = field(default_factory=list)
+
+    def restart_kubelet(self) -> None:
+        self.kubelet.close()
+        self.kubelet = listen(self.servers.kubelet_socket)
+
+
+@asynccontextmanager
+async def watching(finds_sockets: bool = False) -> AsyncIterator[Watched]:
+    with short_tmpdir() as workdir:
+        async with server_set(workdir) as (servers, registrar):
+            registrar.kubelet_finds_sockets_at_start = finds_sockets
+            watched = Watched(servers, registrar, listen(servers.kubelet_socket))
+            await servers.start(HPRE)
+            watch = KubeletWatch(registrar.socket_dir, servers, lambda: watched.ticks.append(None))
+            task = asyncio.create_task(watch.run())
+            try:
+                await until(lambda: len(watched.ticks) == 1)
+                yield watched
+            finally:
+                task.cancel()
+                watched.kubelet.close()
+
+
 @pytest.mark.parametrize("finds_sockets", [False, True], ids=["kubelet-socket", "plugin-watcher"])
 def test_a_new_kubelet_socket_restarts_servers_unless_the_kubelet_finds_them(
     finds_sockets: bool,
@@ -32,25 +67,12 @@ def test_a_new_kubelet_socket_restarts_servers_unless_the_kubelet_finds_them(
     """kubelet.sock re-created: restart_all (Register again), or nothing for the plugin watcher."""
 
     async def main() -> None:
-        with short_tmpdir() as workdir:
-            async with server_set(workdir) as (servers, registrar):
-                registrar.kubelet_finds_sockets_at_start = finds_sockets
-                kubelet = listen(servers.kubelet_socket)
-                await servers.start(HPRE)
-                ticks: list[None] = []
-                watch = KubeletWatch(registrar.socket_dir, servers, lambda: ticks.append(None))
-                task = asyncio.create_task(watch.run())
-                try:
-                    await until(lambda: len(ticks) == 1)
-                    kubelet.close()
-                    kubelet = listen(servers.kubelet_socket)  # a kubelet restart
-                    await until(lambda: servers.counters.sample("kae_kubelet_restarts_total") == 1)
-                    # The next tick comes after the check that counted the restart has ended.
-                    await until(lambda: len(ticks) >= 2)
-                    assert len(registrar.registered) == (1 if finds_sockets else 2)
-                finally:
-                    task.cancel()
-                    kubelet.close()
+        async with watching(finds_sockets) as w:
+            w.restart_kubelet()
+            await until(lambda: w.servers.counters.sample("kae_kubelet_restarts_total") == 1)
+            # The next tick comes after the check that counted the restart has ended.
+            await until(lambda: len(w.ticks) >= 2)
+            assert len(w.registrar.registered) == (1 if finds_sockets else 2)
 
     asyncio.run(main())
 
@@ -59,19 +81,10 @@ def test_a_swept_socket_of_ours_is_recreated_while_the_kubelet_answers() -> None
     """Our socket removed while kubelet.sock stays live: that server restarts and registers."""
 
     async def main() -> None:
-        with short_tmpdir() as workdir:
-            async with server_set(workdir) as (servers, registrar):
-                kubelet = listen(servers.kubelet_socket)
-                await servers.start(HPRE)
-                watch = KubeletWatch(registrar.socket_dir, servers, lambda: None)
-                task = asyncio.create_task(watch.run())
-                try:
-                    servers.servers[HPRE].socket_path.unlink()
-                    await until(lambda: len(registrar.registered) == 2)
-                    assert servers.servers[HPRE].socket_intact()
-                finally:
-                    task.cancel()
-                    kubelet.close()
+        async with watching() as w:
+            w.servers.servers[HPRE].socket_path.unlink()
+            await until(lambda: len(w.registrar.registered) == 2)
+            assert w.servers.servers[HPRE].socket_intact()
 
     asyncio.run(main())
 
@@ -80,18 +93,10 @@ def test_a_vanished_kubelet_clears_registrations_and_waits() -> None:
     """kubelet.sock gone: nothing counts as registered, nothing is restarted."""
 
     async def main() -> None:
-        with short_tmpdir() as workdir:
-            async with server_set(workdir) as (servers, registrar):
-                kubelet = listen(servers.kubelet_socket)
-                await servers.start(HPRE)
-                watch = KubeletWatch(registrar.socket_dir, servers, lambda: None)
-                task = asyncio.create_task(watch.run())
-                try:
-                    kubelet.close()
-                    servers.kubelet_socket.unlink()
-                    await until(lambda: not servers.registered)
-                    assert registrar.registered == [HPRE]
-                finally:
-                    task.cancel()
+        async with watching() as w:
+            w.kubelet.close()
+            w.servers.kubelet_socket.unlink()
+            await until(lambda: not w.servers.registered)
+            assert w.registrar.registered == [HPRE]
 
     asyncio.run(main())
