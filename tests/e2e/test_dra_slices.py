@@ -6,6 +6,7 @@ inventory is one replace. The observer is kubectl, not the client under test."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import threading
 from collections.abc import Iterator
@@ -65,9 +66,12 @@ class PublisherThread:
         self.loop.call_soon_threadsafe(self.inventories.publish, inventory)
 
     def stop(self) -> None:
+        """Cancel the publisher, let it close its client, then stop and close the loop."""
         self.task.cancel()
+        concurrent.futures.wait([self.task], timeout=10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()
 
 
 @pytest.fixture
