@@ -135,8 +135,16 @@ def write_spec(cdi_dir: Path, uid: str, spec: Mapping[str, object]) -> bool:
 
 def remove_spec(cdi_dir: Path, uid: str) -> None:
     """Delete the claim's spec file; absent is fine."""
+    remove_spec_file(cdi_dir, spec_file(uid))
+
+
+def remove_spec_file(cdi_dir: Path, name: str) -> None:
+    """Delete the claim spec file ``name``; absent is fine, and a name that is not a claim
+    spec's (a damaged checkpoint could name anything) is never touched."""
+    if uid_of_spec_file(name) is None:
+        return
     with safe_fs.open_root(cdi_dir) as fd:
-        safe_fs.remove_entry(fd, spec_file(uid))
+        safe_fs.remove_entry(fd, name)
 
 
 def spec_uids(cdi_dir: Path) -> set[str]:

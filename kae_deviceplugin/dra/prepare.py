@@ -192,6 +192,11 @@ class ClaimPreparer:
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         """An error text for every claim asked ("" for success), keyed by UID."""
         async with self._lock:
+            recorded = {
+                c.uid: self.state.claims[c.uid].cdi_spec
+                for c in claims
+                if c.uid in self.state.claims
+            }
             state = self.state
             for claim in claims:
                 state = state.without_claim(claim.uid)
@@ -201,15 +206,20 @@ class ClaimPreparer:
             except OSError as err:
                 return {c.uid: f"cannot record the unprepare: {err}" for c in claims}
             self.state = state
-            errors: dict[str, str] = {}
-            for claim in claims:
-                errors[claim.uid] = ""
-                if cdi_claims.UID.fullmatch(claim.uid):  # no other UID can have a spec
-                    try:
-                        cdi_claims.remove_spec(self.cdi_dir, claim.uid)
-                    except OSError as err:
-                        errors[claim.uid] = f"cannot remove the CDI spec: {err}"
-            return errors
+            return {c.uid: self._remove_specs(c.uid, recorded.get(c.uid)) for c in claims}
+
+    def _remove_specs(self, uid: str, recorded: str | None) -> str:
+        # The file the checkpoint names, and the one this version would name (a claim whose
+        # record was lost, or never written); no other UID can have a spec.
+        names = {recorded} if recorded is not None else set()
+        if cdi_claims.UID.fullmatch(uid):
+            names.add(cdi_claims.spec_file(uid))
+        try:
+            for name in sorted(names):
+                cdi_claims.remove_spec_file(self.cdi_dir, name)
+        except OSError as err:
+            return f"cannot remove the CDI spec: {err}"
+        return ""
 
     def reconcile(self) -> Reconciled:
         """At start: remove specs no claim holds, bring every checkpointed claim's spec back."""

@@ -234,3 +234,21 @@ def test_reconcile_reports_a_device_that_left(node: Node) -> None:
     report = node.preparer().reconcile()
     assert len(report.problems) == 1 and HPRE_0 in report.problems[0]
     assert claim.uid in node.checkpoint.load().claims
+
+
+def test_unprepare_removes_the_file_the_checkpoint_names(node: Node) -> None:
+    """The recorded spec file goes (whatever name it has), but a record naming a file that is
+    no claim spec (a damaged checkpoint) never deletes it."""
+    legacy = _claim(node, "legacy", Result("hpre", HPRE_0, POOL))
+    odd = _claim(node, "odd", Result("sec", SEC_0, POOL))
+    _prepare(node.preparer(), legacy, odd)
+    state = node.checkpoint.load()
+    old_name = "openfuyao.com-kae_0d1e5e57-0000-4000-8000-00000000cafe.json"
+    node.spec_path(legacy.uid).rename(node.cdi_dir / old_name)
+    precious = node.cdi_dir / "vendor.com-gpu.json"
+    precious.write_text("{}")
+    state = state.with_claim(dataclasses.replace(state.claims[legacy.uid], cdi_spec=old_name))
+    state = state.with_claim(dataclasses.replace(state.claims[odd.uid], cdi_spec=precious.name))
+    node.checkpoint.save(state)
+    assert _unprepare(node.preparer(), legacy, odd) == {legacy.uid: "", odd.uid: ""}
+    assert sorted(p.name for p in node.cdi_dir.iterdir()) == [precious.name]
