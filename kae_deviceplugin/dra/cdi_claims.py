@@ -1,0 +1,154 @@
+"""One transient CDI spec per prepared claim: what its containers get, written atomically.
+
+The kubelet hands a container the CDI IDs of the devices of the claim requests it references,
+so the spec has two kinds of entries, both named after the claim UID (a name defined in two
+specs is a conflict the runtime resolves by dropping both, and two claims may share a device):
+
+* ``<uid>-<device>``: the device's own edits (``container.edits.device_edits``): its /dev node
+  and its PCI function for the sysfs view;
+* ``<uid>_<request>``: per request, what Allocate gives the same devices in device-plugin mode
+  beyond them: the node-wide /sys/class/uacce view mount and the ``KAE_<ENGINE>_*``, ``WD_*``
+  and ``OPENSSL_ENGINES`` variables. Its ID goes with the request's first device only, so each
+  container gets it once. (A container using two requests of one engine gets the
+  ``KAE_<ENGINE>_*`` variables of only one of them; its device nodes and view are complete.)
+
+Device names are DNS labels and have no ``_``, so the two kinds never collide. The spec uses
+the device-plugin mode's CDI kind; its file ``openfuyao.com-kae_<uid>.json`` cannot be mistaken
+for that mode's single ``openfuyao.com-kae.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kae_deviceplugin.container import cdi, safe_fs
+from kae_deviceplugin.container.edits import ContainerOptions, container_edits, device_edits
+from kae_deviceplugin.core.model import UacceDevice
+from kae_deviceplugin.dra.checkpoint import PreparedDevice
+
+SPEC_PREFIX = f"{cdi.KIND.replace('/', '-')}_"
+SPEC_SUFFIX = ".json"
+# What a claim UID may look like here (the API server makes UUIDs): it becomes part of a file
+# name, so no '/', no '.', nothing a path could be built from.
+UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
+_SPEC_FILE = re.compile(rf"{re.escape(SPEC_PREFIX)}({UID.pattern}){re.escape(SPEC_SUFFIX)}")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimDevice:
+    """One device of the kubelet's answer: the allocation result and its CDI IDs."""
+
+    result: PreparedDevice
+    cdi_ids: tuple[str, ...]
+
+
+def spec_file(uid: str) -> str:
+    """The file name of a claim's spec in the CDI directory; ValueError for an unsafe UID."""
+    if not UID.fullmatch(uid):
+        raise ValueError(f"claim UID {uid[:80]!r} is not a UID")
+    return f"{SPEC_PREFIX}{uid}{SPEC_SUFFIX}"
+
+
+def uid_of_spec_file(name: str) -> str | None:
+    """The claim UID a spec file belongs to; None for any other file."""
+    match = _SPEC_FILE.fullmatch(name)
+    return None if match is None else match.group(1)
+
+
+def _device_entry_name(uid: str, device: str) -> str:
+    return f"{uid}-{device}"
+
+
+def _request_entry_name(uid: str, request: str) -> str:
+    return f"{uid}_{request.replace('/', '_')}"  # a subrequest is <request>/<subrequest>
+
+
+def _request_entry(name: str, edits: Sequence[Any]) -> dict[str, object]:
+    env: dict[str, str] = {}
+    mounts: dict[str, object] = {}
+    for edit in edits:
+        env.update(edit.env)
+        for m in edit.mounts:  # the same view mount for every engine: keep one
+            options = ["ro", "rbind"] if m.read_only else ["rbind"]
+            mounts[m.container_path] = {
+                "hostPath": m.host_path,
+                "containerPath": m.container_path,
+                "options": options,
+            }
+    rendered: dict[str, object] = {"env": [f"{k}={v}" for k, v in env.items()]}
+    if mounts:
+        rendered["mounts"] = list(mounts.values())
+    return {"name": name, "containerEdits": rendered}
+
+
+def claim_spec(
+    uid: str,
+    results: Sequence[PreparedDevice],
+    devices: Mapping[str, UacceDevice],
+    options: ContainerOptions,
+) -> tuple[dict[str, object], tuple[ClaimDevice, ...]]:
+    """The claim's CDI spec and its answer devices; ``devices`` maps pool device names to the
+    inventory's devices and must hold every result's device."""
+    # cdi=True: container_edits then leaves each device's own edits to the CDI entries below.
+    shared = replace(options, cdi=True)
+    entries: list[dict[str, object]] = []
+    answers: list[ClaimDevice] = []
+    for request in dict.fromkeys(r.request for r in results):
+        mine = [r for r in results if r.request == request]
+        engines: dict[str, list[UacceDevice]] = {}
+        for r in mine:
+            engines.setdefault(devices[r.device].engine, []).append(devices[r.device])
+        edits = [container_edits(e, found, shared) for e, found in engines.items()]
+        request_name = _request_entry_name(uid, request)
+        entries.append(_request_entry(request_name, edits))
+        for index, r in enumerate(mine):
+            entry = cdi.device_entry(devices[r.device], device_edits(devices[r.device], options))
+            entry["name"] = _device_entry_name(uid, r.device)
+            entries.append(entry)
+            ids = (f"{cdi.KIND}={entry['name']}",)
+            answers.append(
+                ClaimDevice(r, ids + ((f"{cdi.KIND}={request_name}",) if not index else ()))
+            )
+    return cdi.build_spec(entries), tuple(answers)
+
+
+def encode_spec(spec: Mapping[str, object]) -> bytes:
+    return (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode()
+
+
+def write_spec(cdi_dir: Path, uid: str, spec: Mapping[str, object]) -> bool:
+    """Atomically replace the claim's spec file if its content changed; True when written."""
+    data = encode_spec(spec)
+    with safe_fs.open_root(cdi_dir) as fd:
+        if safe_fs.read_file(fd, spec_file(uid)) == data:
+            return False
+        safe_fs.write_file(fd, spec_file(uid), data, mode=0o644)
+        os.fsync(fd)
+    return True
+
+
+def remove_spec(cdi_dir: Path, uid: str) -> None:
+    """Delete the claim's spec file; absent is fine."""
+    remove_spec_file(cdi_dir, spec_file(uid))
+
+
+def remove_spec_file(cdi_dir: Path, name: str) -> None:
+    """Delete the claim spec file ``name``; absent is fine, and a name that is not a claim
+    spec's (a damaged checkpoint could name anything) is never touched."""
+    if uid_of_spec_file(name) is None:
+        return
+    with safe_fs.open_root(cdi_dir) as fd:
+        safe_fs.remove_entry(fd, name)
+
+
+def spec_uids(cdi_dir: Path) -> set[str]:
+    """The UIDs of every claim spec file in the CDI directory (other files are not ours)."""
+    with safe_fs.open_root(cdi_dir) as fd:
+        names = os.listdir(fd)
+    return {uid for uid in map(uid_of_spec_file, names) if uid is not None}
