@@ -6,11 +6,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.dra.checkpoint import CheckpointFile
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.prepare import ClaimPreparer
-from kae_deviceplugin.kubelet.server import ServingPolicy
 from kae_deviceplugin.testing.dra_claims import ClaimStore, Result, claim_object
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.dra.inventories import tree_inventory

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kae_deviceplugin.container.edits import ContainerOptions
-from kae_deviceplugin.kubelet.server import ServingPolicy
+from kae_deviceplugin.container.serving import ServingPolicy
 
 
 def serving_policy(root: Path, *, view_problem: str | None = None) -> ServingPolicy:
