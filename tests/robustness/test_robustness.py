@@ -181,10 +181,15 @@ def served_node():  # type: ignore[no-untyped-def]
 )
 def test_garbage_sysfs_while_serving(served_node, writes) -> None:  # type: ignore[no-untyped-def]
     """Random attribute contents while serving: the daemon lives, and once it has rescanned, the
-    kubelet's view lists exactly the devices discovery sees, with the same health."""
+    kubelet's view lists exactly the devices discovery sees, with the same health.
+
+    The rescan is asked for, as a uevent would: most of these attributes change on a real node
+    only with one, and a VF's own isolate file (which a fake tree can set apart from its PF's)
+    is read at full passes only, which come every 300 ticks while inotify covers the links."""
     node = served_node
     for name, attribute, content in writes:
         (find_uacce_dir(node.root, name) / attribute).write_bytes(content)
+    node.runner.rescan()
     truth = scan(node.root / "sys", node.root / "dev")
     expected = {
         r: {d.pci_address: d.health.value for d in truth.for_resource(r)} for r in (HPRE, SEC, ZIP)
