@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from kae_deviceplugin.apiserver.seam import JsonObject, Kind
 from kae_deviceplugin.errors import ApiError
 
 FIELD_MANAGER = "kae-deviceplugin"
+# httpx logs every request at INFO: a claim read per NodePrepare would be one line each.
+logging.getLogger("httpx2").setLevel(logging.WARNING)
 REQUEST_TIMEOUT = 10.0  # per call: a slow API server must not wedge a kubelet call for 45 s
 
 

@@ -33,6 +33,7 @@ def _metavar(option: Option) -> str:
         "address": "HOST:PORT",
         "path": "PATH",
         "optional-path": "PATH",
+        "optional-name": "NAME",
     }.get(option.kind, "VALUE")
 
 

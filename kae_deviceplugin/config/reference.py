@@ -24,6 +24,7 @@ def _type_text(option: Option) -> str:
         "address": '`host:port`, `:port`, `[v6]:port`, `""`',
         "path": "absolute path",
         "optional-path": "absolute path or null",
+        "optional-name": "node name or null",
     }[option.kind]
 
 

@@ -118,6 +118,16 @@ def path(value: object) -> Path:
     return Path(path_text(value))
 
 
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def node_name(value: object) -> str:
+    """A Kubernetes node name: a DNS subdomain (lower case, at most 253 characters)."""
+    if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise ValueError("must be a node name (lower-case DNS subdomain, at most 253 characters)")
+    return value
+
+
 def optional(rule: Rule) -> Rule:
     """Null or an empty string means "not set": use the derived default, or disable the feature."""
     return lambda value: None if value is None or value == "" else rule(value)

@@ -18,6 +18,7 @@ from kae_deviceplugin.config import rules
 from kae_deviceplugin.config.settings import (
     LOG_FORMATS,
     LOG_LEVELS,
+    MODES,
     REGISTRATIONS,
     Settings,
 )
@@ -36,7 +37,9 @@ RELOAD_TEXT: Final[dict[Reload, str]] = {
     "restart": "restart",
 }
 # How a value is written, for flags (what to make absolute) and for the reference.
-Kind = Literal["duration", "choice", "boolean", "address", "path", "optional-path", "count"]
+Kind = Literal[
+    "duration", "choice", "boolean", "address", "path", "optional-path", "count", "optional-name"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,7 @@ def _option(
         "address": rules.metrics_address,
         "path": rules.path,
         "optional-path": rules.optional(rules.path),
+        "optional-name": rules.optional(rules.node_name),
     }.get(kind)
     choices = extra.get("choices", ())
     assert isinstance(choices, tuple)
@@ -167,6 +171,31 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "duration",
         "How often sysfs is rescanned: seconds or a duration such as 500ms (above 0, at most 1h).",
         "applied",
+    ),
+    _option(
+        "mode",
+        "mode",
+        "choice",
+        "Which front end manages the devices: device-plugin (kubelet resources) or dra "
+        "(ResourceSlices and claims); one per node, never both.",
+        "restart",
+        choices=MODES,
+    ),
+    _option(
+        "node_name",
+        "dra.nodeName",
+        "optional-name",
+        "DRA: this node's name, for its ResourceSlices; empty takes $NODE_NAME.",
+        "restart",
+        derived_default="$NODE_NAME",
+    ),
+    _option(
+        "kubeconfig",
+        "dra.kubeconfig",
+        "optional-path",
+        "DRA: a kubeconfig file for the API server; empty uses the pod's service account.",
+        "restart",
+        derived_default="in-cluster",
     ),
     _option(
         "registration",

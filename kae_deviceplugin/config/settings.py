@@ -17,9 +17,11 @@ from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.placement import PolicyName
 from kae_deviceplugin.core.views import EngineSettings
 
+Mode = Literal["device-plugin", "dra"]
 Registration = Literal["auto", "kubelet-socket", "plugin-watcher"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["text", "json"]
+MODES: tuple[Mode, ...] = get_args(Mode)
 REGISTRATIONS: tuple[Registration, ...] = get_args(Registration)
 LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
 LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
@@ -27,11 +29,13 @@ LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
 __all__ = [
     "LOG_FORMATS",
     "LOG_LEVELS",
+    "MODES",
     "REGISTRATIONS",
     "EngineSettings",
     "EnvSettings",
     "LogFormat",
     "LogLevel",
+    "Mode",
     "Registration",
     "Settings",
 ]
@@ -67,6 +71,11 @@ class Settings:
     host_sysfs_root: Path | None = None
     host_dev_root: Path | None = None
     scan_interval: float = 1.0
+    # Which front end manages the devices: one per node, never both (the kubelet would hand one
+    # device out twice).
+    mode: Mode = "device-plugin"
+    node_name: str | None = None  # DRA: the node's name; None takes $NODE_NAME (downward API)
+    kubeconfig: Path | None = None  # DRA: a kubeconfig file; None is the pod's service account
     registration: Registration = "auto"
     metrics_address: str = ":9410"  # "" disables the metrics endpoint
     log_level: LogLevel = "info"

@@ -38,7 +38,7 @@ DevicePluginDaemon = Daemon[DevicePluginFrontEnd]
 
 
 def optional_tasks(
-    settings: Settings, daemon: DevicePluginDaemon, endpoint: http.EndpointTask | None = None
+    settings: Settings, daemon: Daemon[Any], endpoint: http.EndpointTask | None = None
 ) -> list[RootTask]:
     """Root tasks beside the scan loop and the front end's; each survives every outside failure
     and may simply return when it has nothing (more) to do. ``endpoint`` serves the HTTP
@@ -104,13 +104,26 @@ def build_daemon(
     return daemon
 
 
+def build_for_mode(settings: Settings, source: ConfigSource | None = None) -> Daemon[Any]:
+    """The daemon of the mode the settings name, with every optional task."""
+    if settings.mode != "dra":
+        return build_daemon(settings, source)
+    # Imported here, not at the top: device-plugin mode must load none of DRA's modules.
+    from kae_deviceplugin.daemon.run_dra import build_dra_daemon  # noqa: PLC0415
+
+    daemon = build_dra_daemon(settings, source, Counters())
+    for task in optional_tasks(settings, daemon):
+        daemon.add_task(task)
+    return daemon
+
+
 def run_serve(settings: Settings, source: ConfigSource | None = None) -> int:
     """Run serve to its end; the exit code (see the README's table of exit codes)."""
     try:
         check_roots(settings)
         check_kubelet_root(settings)
         check_listen(settings.metrics_address)
-        daemon = build_daemon(settings, source)
+        daemon = build_for_mode(settings, source)
         daemon.front.prepare()  # a socket directory it cannot use: one line and exit 3, now
         log.info(
             "kae-deviceplugin %s starting: sysfs %s, %s",

@@ -1,0 +1,52 @@
+"""The composition root's DRA branch: loaded only when ``mode`` is ``dra``, so a device-plugin
+node never imports the API client, the DRA protos or the DRA front end (a test says so)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from kae_deviceplugin.apiserver.lightkube_api import connect
+from kae_deviceplugin.config.reload import ConfigSource
+from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.container.node_files import ContainerFiles
+from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.daemon.scanloop import ScanLoop
+from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats
+from kae_deviceplugin.discovery.incremental import IncrementalScanner
+from kae_deviceplugin.dra.frontend import DraFrontEnd
+from kae_deviceplugin.errors import EXIT_USAGE, StartupError
+
+
+def node_name(settings: Settings) -> str:
+    """``--node-name``, else $NODE_NAME; a refusal naming both when neither is set."""
+    name = settings.node_name or os.environ.get("NODE_NAME", "")
+    if not name:
+        raise StartupError(
+            "--mode dra needs the node's name: set --node-name (KAE_DP_NODE_NAME) or NODE_NAME",
+            code=EXIT_USAGE,
+        )
+    return name
+
+
+def build_dra_daemon(
+    settings: Settings, source: ConfigSource | None, counters: Counters
+) -> Daemon[Any]:
+    """Every part of a DRA daemon; the optional tasks are added by the caller, as for the other."""
+    stopping = asyncio.Event()
+    heartbeats = Heartbeats()
+    container_files = ContainerFiles()
+    front = DraFrontEnd(
+        settings, connect(settings.kubeconfig), node_name(settings), container_files
+    )
+    scan = ScanLoop(
+        settings,
+        IncrementalScanner(settings.sysfs_root, settings.dev_root),
+        counters,
+        reconcile=front.reconcile,
+        retry_pending=lambda: container_files.problem is not None,
+        tick=heartbeats.ticker("scan"),
+        config_source=source,
+    )
+    return Daemon(scan, front, heartbeats, stopping)

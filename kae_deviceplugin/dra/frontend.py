@@ -1,0 +1,187 @@
+"""The DRA front end: the node's pool in the API, and the kubelet plugin that prepares claims.
+
+Two sockets, as the kubelet's plugin manager wants them: the registration socket in
+``<kubelet root>/plugins_registry`` (GetInfo: type DRAPlugin, our driver name, the service
+socket, the services served) and the service socket under ``<kubelet root>/plugins/<driver>``
+(DRAPlugin v1 and v1beta1, DRAResourceHealth v1 and v1alpha1). With ``POD_UID`` set (the chart's
+downward API) both names carry it, so a rolling update with maxSurge has two live instances.
+The checkpoint lives beside the service socket, in the kubelet's own directory, which outlives
+the pod. SIGTERM leaves the slices, the CDI specs and the checkpoint in place: running pods need
+them, and the next instance takes them over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Coroutine, Mapping
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_CLAIMS, ApiServer, JsonObject
+from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.container.node_files import ContainerFiles
+from kae_deviceplugin.container.serving import ServingPolicy
+from kae_deviceplugin.core.broadcast import LatestValue
+from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.core.views import ResourceView, build_views
+from kae_deviceplugin.discovery.queues import QueueTotals
+from kae_deviceplugin.dra.api import DRIVER, HEALTH_SERVICES, PLUGIN_SERVICES, PLUGIN_TYPE
+from kae_deviceplugin.dra.checkpoint import CheckpointFile
+from kae_deviceplugin.dra.health import add_health_servicers
+from kae_deviceplugin.dra.plugin import add_plugin_servicers
+from kae_deviceplugin.dra.prepare import ClaimPreparer
+from kae_deviceplugin.dra.publisher import SlicePublisher
+from kae_deviceplugin.dra.slices import NodeRef, build_slices
+from kae_deviceplugin.kubelet.pluginwatcher import (
+    RegistrationServicer,
+    add_registration,
+    registry_dir,
+)
+from kae_deviceplugin.kubelet.sockets import bind_privately, prepare_socket_dir, prepare_socket_path
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE = 0.5
+
+
+def socket_names(pod_uid: str | None) -> tuple[str, str]:
+    """(registration socket, service socket) file names, per pod when its UID is known."""
+    suffix = f"-{pod_uid}" if pod_uid else ""
+    return f"{DRIVER}{suffix}-reg.sock", f"dra{suffix}.sock"
+
+
+class DraFrontEnd:
+    """Publishes the inventory as ResourceSlices and serves the kubelet's DRA calls."""
+
+    name = "dra"
+
+    def __init__(
+        self, settings: Settings, api: ApiServer, node: str, container_files: ContainerFiles
+    ) -> None:
+        self.settings = settings
+        self.api = api
+        self.node = node
+        self.container_files = container_files
+        self.inventory = Inventory()
+        self.inventories: LatestValue[Inventory] = LatestValue(self.inventory)
+        self.views: Mapping[str, ResourceView] = {}
+        self.registered: set[str] = set()
+        self.plugin_dir = settings.kubelet_root / "plugins" / DRIVER
+        reg_name, service_name = socket_names(os.environ.get("POD_UID") or None)
+        self.registration_socket = registry_dir(settings.kubelet_root) / reg_name
+        self.service_socket = self.plugin_dir / service_name
+        self.queues = QueueTotals(settings.sysfs_root)
+        self.node_uid = ""
+        self.publisher = SlicePublisher(api, DRIVER, node, self._slices)
+        self.preparer = ClaimPreparer(
+            pool=node,
+            inventory=lambda: self.inventory,
+            policy=self.serving_policy,
+            get_claim=self._get_claim,
+            checkpoint=CheckpointFile(self.plugin_dir),  # a damaged one refuses to start
+            cdi_dir=settings.cdi_dir,
+        )
+        self._servers: list[grpc.aio.Server] = []
+
+    def serving_policy(self) -> ServingPolicy:
+        return ServingPolicy.from_settings(self.settings, self.container_files.problem)
+
+    async def _get_claim(self, namespace: str, name: str) -> JsonObject:
+        return await self.api.get(RESOURCE_CLAIMS, name, namespace)
+
+    def _slices(self, inventory: Inventory, generation: int) -> list[JsonObject]:
+        plan = build_slices(
+            inventory,
+            NodeRef(self.node, self.node_uid),
+            generation=generation,
+            queues=self.queues.update(inventory),
+        )
+        return list(plan.slices)
+
+    def prepare(self) -> None:
+        """Create the plugin and registry directories, or refuse in one line."""
+        prepare_socket_dir(self.plugin_dir, "plugins")
+        prepare_socket_dir(self.registration_socket.parent, "plugins_registry")
+
+    def describe(self) -> str:
+        return (
+            f"DRA driver {DRIVER} for node {self.node}: service socket {self.service_socket}, "
+            f"registration {self.registration_socket}"
+        )
+
+    def root_tasks(self) -> list[Coroutine[Any, Any, None]]:
+        return [self._serve(), self._publish()]
+
+    def not_ready(self) -> list[str]:
+        missing = []
+        if self.container_files.problem is not None:
+            missing.append(self.container_files.problem)
+        if DRIVER not in self.registered:
+            missing.append("not registered with the kubelet's plugin watcher")
+        if self.publisher.generation == 0:
+            missing.append("ResourceSlices not published")
+        return missing
+
+    async def reconcile(self, inventory: Inventory, settings: Settings) -> None:
+        """The node-wide view first (the claims' CDI specs mount it), then every subscriber."""
+        self.inventory, self.settings = inventory, settings
+        self.container_files.sync(settings, inventory, self.serving_policy().container)
+        self.views = build_views(inventory, settings.engines)
+        self.inventories.publish(inventory)
+
+    async def _publish(self) -> None:
+        node = await self.api.get(NODES, self.node)  # the owner of our slices
+        self.node_uid = str(node["metadata"]["uid"])
+        await self.publisher.run(self.inventories)
+
+    async def _serve(self) -> None:
+        reconciled = self.preparer.reconcile()
+        for problem in reconciled.problems:
+            log.warning("checkpoint reconcile: %s", problem)
+        service = grpc.aio.server()
+        add_plugin_servicers(service, self.preparer)
+        add_health_servicers(service, self.inventories, self.node)
+        registration = grpc.aio.server()
+        servicer = RegistrationServicer(
+            PLUGIN_TYPE,
+            DRIVER,
+            str(self.service_socket),
+            [*PLUGIN_SERVICES, *HEALTH_SERVICES],
+            lambda: self.registered.add(DRIVER),
+        )
+        add_registration(registration, servicer)
+        try:
+            # The service first: the kubelet dials it as soon as it sees the registration.
+            for server, path in (
+                (service, self.service_socket),
+                (registration, self.registration_socket),
+            ):
+                prepare_socket_path(path)
+                self._servers.append(server)
+                await bind_privately(server, path)
+            log.info(
+                "serving %s; registration socket %s", self.service_socket, self.registration_socket
+            )
+            await asyncio.Future()  # until cancelled
+        finally:
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop serving and remove our sockets; slices, specs and checkpoint stay."""
+        servers, self._servers = self._servers, []
+        await asyncio.gather(*(s.stop(STOP_GRACE) for s in servers))
+        for path in (self.registration_socket, self.service_socket):
+            _remove_socket(path)
+        self.registered.discard(DRIVER)
+
+
+def _remove_socket(path: Path) -> None:
+    try:
+        if path.is_socket():
+            path.unlink()
+    except OSError:
+        pass
