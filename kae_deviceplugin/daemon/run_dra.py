@@ -16,7 +16,7 @@ from kae_deviceplugin.daemon.scanloop import ScanLoop
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats
 from kae_deviceplugin.discovery.incremental import IncrementalScanner
 from kae_deviceplugin.dra.frontend import DraFrontEnd
-from kae_deviceplugin.errors import EXIT_USAGE, StartupError
+from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, ApiError, StartupError
 
 
 def node_name(settings: Settings) -> str:
@@ -37,9 +37,14 @@ def build_dra_daemon(
     stopping = asyncio.Event()
     heartbeats = Heartbeats()
     container_files = ContainerFiles()
-    front = DraFrontEnd(
-        settings, connect(settings.kubeconfig), node_name(settings), container_files
-    )
+    node = node_name(settings)  # the invocation's mistake (exit 2) before the environment's
+    try:
+        api = connect(settings.kubeconfig)
+    except ApiError as err:  # no kubeconfig, no service account token: the node's setup
+        raise StartupError(
+            f"{err}; pass --kubeconfig FILE outside a pod", code=EXIT_ENVIRONMENT
+        ) from None
+    front = DraFrontEnd(settings, api, node, container_files)
     scan = ScanLoop(
         settings,
         IncrementalScanner(settings.sysfs_root, settings.dev_root),
