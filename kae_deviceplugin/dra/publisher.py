@@ -154,10 +154,12 @@ class SlicePublisher:
                     delay = min(delay * 2, RETRY_CAP)
                     continue
                 wake = asyncio.ensure_future(self.wake.wait())
-                done, _ = await asyncio.wait(
-                    [next_update, wake], return_when=asyncio.FIRST_COMPLETED
-                )
-                wake.cancel()
+                try:
+                    done, _ = await asyncio.wait(
+                        [next_update, wake], return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:  # also when cancelled: no waiter is left pending at loop close
+                    wake.cancel()
                 self.wake.clear()
                 if next_update in done:
                     _version, latest = next_update.result()
