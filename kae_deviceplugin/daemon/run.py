@@ -22,11 +22,10 @@ from kae_deviceplugin.daemon.host_files import remove_if_unused
 from kae_deviceplugin.daemon.hotplug import udev_task
 from kae_deviceplugin.daemon.memory import release_startup_memory
 from kae_deviceplugin.daemon.preflight import check_kubelet_root, check_listen, check_roots
-from kae_deviceplugin.daemon.scanloop import ScanLoop
+from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats, RootTask
 from kae_deviceplugin.deviceplugin.frontend import DevicePluginFrontEnd
 from kae_deviceplugin.deviceplugin.registrars import choose_registrar
-from kae_deviceplugin.discovery.incremental import IncrementalScanner
 from kae_deviceplugin.errors import KaeDevicePluginError
 from kae_deviceplugin.observability import http, nfd
 
@@ -80,15 +79,13 @@ def build_daemon(
         stopping=stopping,
         tick=heartbeats.ticker("watch"),
     )
-    scan = ScanLoop(
+    scan = scan_loop_for(
         settings,
-        # Answers exactly what discovery's full scan would, re-reading only volatile signals.
-        IncrementalScanner(settings.sysfs_root, settings.dev_root),
         counters,
-        reconcile=front.reconcile,
-        retry_pending=lambda: container_files.problem is not None,
+        front.reconcile,
+        container_files,
         tick=heartbeats.ticker("scan"),
-        config_source=source,
+        source=source,
     )
     daemon = Daemon(
         scan,

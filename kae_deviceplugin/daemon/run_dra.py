@@ -12,9 +12,8 @@ from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.counters import Counters
-from kae_deviceplugin.daemon.scanloop import ScanLoop
+from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats
-from kae_deviceplugin.discovery.incremental import IncrementalScanner
 from kae_deviceplugin.dra.frontend import DraFrontEnd
 from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, ApiError, StartupError
 
@@ -45,13 +44,12 @@ def build_dra_daemon(
             f"{err}; pass --kubeconfig FILE outside a pod", code=EXIT_ENVIRONMENT
         ) from None
     front = DraFrontEnd(settings, api, node, container_files)
-    scan = ScanLoop(
+    scan = scan_loop_for(
         settings,
-        IncrementalScanner(settings.sysfs_root, settings.dev_root),
         counters,
-        reconcile=front.reconcile,
-        retry_pending=lambda: container_files.problem is not None,
+        front.reconcile,
+        container_files,
         tick=heartbeats.ticker("scan"),
-        config_source=source,
+        source=source,
     )
     return Daemon(scan, front, heartbeats, stopping)

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.core.broadcast import LatestValue, wait_until_set
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.counters import Counters
@@ -117,3 +118,26 @@ class ScanLoop:
         self.settings = new
         log.info("configuration reloaded from %s", source.path)
         await self.reconcile(self.inventory, new)
+
+
+def scan_loop_for(
+    settings: Settings,
+    counters: Counters,
+    reconcile: Reconcile,
+    container_files: ContainerFiles,
+    *,
+    tick: Callable[[], None],
+    source: ConfigSource | None,
+) -> ScanLoop:
+    """The scan loop of a front end whose reconcile writes ``container_files`` (both modes):
+    a failed write of them is retried on every tick."""
+    return ScanLoop(
+        settings,
+        # Answers exactly what discovery's full scan would, re-reading only volatile signals.
+        IncrementalScanner(settings.sysfs_root, settings.dev_root),
+        counters,
+        reconcile=reconcile,
+        retry_pending=lambda: container_files.problem is not None,
+        tick=tick,
+        config_source=source,
+    )
