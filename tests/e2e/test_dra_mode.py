@@ -7,60 +7,30 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import REPO, Cluster, FixtureTree, Plugin, make_plugin, wait_until
-from tests.e2e.pods import assert_sees_only_its_devices, manifest, read_report, wait_running
+from tests.e2e.cluster import Cluster, FixtureTree, Plugin, wait_until
+from tests.e2e.dra import (
+    DRIVER,
+    cdi_specs,
+    claim_pod,
+    delete_template,
+    request,
+    running_dra_plugin,
+    slices,
+    template,
+)
+from tests.e2e.pods import assert_sees_only_its_devices, read_report, wait_running
 
-DRIVER = "kae.openfuyao.com"
-CLASSES = REPO / "deploy" / "dra" / "deviceclasses.yaml"
-
-
-def slices(cluster: Cluster) -> list[dict[str, Any]]:
-    found = cluster.get("resourceslices", f"--field-selector=spec.driver={DRIVER}")
-    items: list[dict[str, Any]] = found["items"]
-    return items
-
-
-def claim_template(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "rsa",
-                            "exactly": {
-                                "deviceClassName": "hpre.kae.openfuyao.com",
-                                "selectors": [
-                                    {
-                                        "cel": {
-                                            "expression": f'device.attributes["{DRIVER}"].alg_rsa'
-                                        }
-                                    }
-                                ],
-                            },
-                        },
-                        {"name": "cipher", "exactly": {"deviceClassName": "sec.kae.openfuyao.com"}},
-                    ],
-                    "constraints": [{"matchAttribute": "resource.kubernetes.io/numaNode"}],
-                }
-            }
-        },
-    }
-
-
-def claim_pod(cluster: Cluster, name: str, template: str) -> dict[str, Any]:
-    pod = manifest(cluster, name, {})
-    container = pod["spec"]["containers"][0]
-    container["resources"] = {"claims": [{"name": "kae"}]}
-    pod["spec"]["resourceClaims"] = [{"name": "kae", "resourceClaimTemplateName": template}]
-    return pod
+RSA_AND_CIPHER = template(
+    "kae-rsa-cipher",
+    [
+        request("rsa", "hpre", f'device.attributes["{DRIVER}"].alg_rsa'),
+        request("cipher", "sec"),
+    ],
+    [{"matchAttribute": "resource.kubernetes.io/numaNode"}],
+)
 
 
 @pytest.fixture
@@ -68,21 +38,8 @@ def dra_plugin(
     cluster: Cluster, tree_factory: Callable[[str], FixtureTree], tmp_path: Path
 ) -> Iterator[tuple[Plugin, FixtureTree, Path]]:
     tree = tree_factory("kunpeng920-2p")
-    cdi_dir = cluster.kubelet_root.parent / "cdi"
-    extra = ["--mode", "dra", "--node-name", cluster.node, "--kubeconfig", cluster.kubeconfig,
-             "--cdi-dir", str(cdi_dir)]  # fmt: skip
-    plugin = make_plugin(cluster, tree, tmp_path, "plugin-watcher", extra=extra)
-    cluster.kubectl("apply", "-f", str(CLASSES))
-    plugin.start()
-    try:
-        plugin.wait_ready()
+    with running_dra_plugin(cluster, tree, tmp_path) as (plugin, cdi_dir):
         yield plugin, tree, cdi_dir
-    finally:
-        plugin.stop()
-        cluster.kubectl(
-            "delete", "resourceslices", f"--field-selector=spec.driver={DRIVER}", check=False
-        )
-        cluster.kubectl("delete", "-f", str(CLASSES), "--ignore-not-found", check=False)
 
 
 @pytest.mark.timeout(300)
@@ -96,7 +53,7 @@ def test_a_claim_by_capability_and_numa_gets_exactly_its_devices(
     devices = published["spec"]["devices"]
     assert len(devices) == len(tree.names()) == 6
     assert published["spec"]["pool"]["name"] == cluster.node
-    cluster.apply(claim_template("kae-rsa-cipher"))
+    cluster.apply(RSA_AND_CIPHER)
     try:
         cluster.apply(claim_pod(cluster, "kae-dra", "kae-rsa-cipher"))
         wait_running(cluster, "kae-dra", timeout=120)
@@ -105,15 +62,11 @@ def test_a_claim_by_capability_and_numa_gets_exactly_its_devices(
         assert {n.split("-")[0] for n in names} == {"hisi_hpre", "hisi_sec2"}, report
         assert len(set(report.readable.values())) == 1, report  # one NUMA node
         assert {"KAE_HPRE_PCI_ADDRESSES", "KAE_SEC_PCI_ADDRESSES"} <= set(report.env), report
-        specs = wait_until(
-            "a claim's CDI spec", lambda: list(cdi_dir.glob("openfuyao.com-kae_*.json")) or None
-        )
+        specs = wait_until("a claim's CDI spec", lambda: cdi_specs(cdi_dir) or None)
         cluster.delete_pod("kae-dra")
         wait_until(
             "the claim's CDI spec removed", lambda: not any(p.exists() for p in specs), timeout=90
         )
     finally:
         cluster.delete_pod("kae-dra")
-        cluster.kubectl(
-            "delete", "resourceclaimtemplate", "kae-rsa-cipher", "--ignore-not-found", check=False
-        )
+        delete_template(cluster, "kae-rsa-cipher")
