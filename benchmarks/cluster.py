@@ -1,7 +1,8 @@
-"""The real-cluster figures of issue 12 in one table: ``sudo python benchmarks/cluster.py``.
+"""The real-cluster figures of issues 12 and 20 in one table: ``sudo python benchmarks/cluster.py``.
 
 Pod start with and without a KAE device, the real kubelet's restart to allocatable restored in
-both registration modes, and (with Helm) ``helm install`` to capacity and the ``helm upgrade``
+both registration modes, DRA mode (pod start with a claim, daemon start to slices, a health
+change to the slice), and (with Helm) ``helm install`` to capacity and the ``helm upgrade``
 window. It uses the cluster named by ``scripts/cluster/up``'s exports when they are set, else it
 starts one and stops it at the end. Needs root (device nodes, the kubelet's directories).
 See benchmarks/README.md.
@@ -30,7 +31,7 @@ from kube_watch import KubeApi  # noqa: E402
 
 from tests.e2e.cluster import CLUSTER_SCRIPTS, EXPORTS, Cluster, parse_exports  # noqa: E402
 
-SECTIONS = ("pods", "restart", "helm")
+SECTIONS = ("pods", "restart", "helm", "dra")
 
 
 @contextmanager
@@ -56,6 +57,17 @@ def helm_figures(cluster: Cluster, repeats: int) -> list[Figure]:
     import bench_helm
 
     return bench_helm.figures(cluster, repeats)
+
+
+def dra_figures(cluster: Cluster, api: KubeApi, work: Path, samples: int) -> list[Figure]:
+    """The DRA rows: pod start with a claim, daemon start to slices, health to slice."""
+    import bench_dra
+
+    return [
+        bench_dra.pod_start(cluster, api, work / "pods", samples),
+        bench_dra.slices_published(cluster, api, work / "start", min(samples, 5)),
+        bench_dra.health_to_slice(cluster, api, work / "health", min(samples, 5)),
+    ]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -127,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                     settle=args.settle,
                 )
                 ok &= section(f"restart ({mode})", lambda r=restart: [r()], figures)
+        if "dra" in wanted:
+            ok &= section(
+                "dra", lambda: dra_figures(cluster, api, work / "dra", args.pods), figures
+            )
         if "helm" in wanted:
             ok &= section("helm", lambda: helm_figures(cluster, args.helm_repeats), figures)
     print(render(figures, info, args.format))

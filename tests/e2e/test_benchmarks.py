@@ -18,6 +18,9 @@ EXPECTED = {
     "cluster_kubelet_restart_kubelet_socket",
     "helm_install_to_capacity",
     "helm_upgrade_allocatable_gap",
+    "cluster_dra_pod_start",
+    "cluster_dra_slices_published",
+    "cluster_dra_health_to_slice",
 }
 
 
