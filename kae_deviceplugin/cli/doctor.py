@@ -5,7 +5,9 @@ The checks follow the path from hardware to a pod: the engines on the PCI bus an
 each reason), ``/dev`` nodes, the kubelet's directories and sockets, a daemon running and
 registered (its ``/readyz``), the NFD feature file. Each check is a function of the paths it
 reads and returns rows; only the daemon check talks to a process, with a short timeout. A
-``fail`` row is something that keeps devices from pods (exit 1).
+``fail`` row is something that keeps devices from pods (exit 1). In DRA mode the device
+plugin's socket checks give way to the driver's (:mod:`kae_deviceplugin.cli.doctor_dra`),
+imported then only, so that device-plugin mode loads neither the DRA modules nor an API client.
 """
 
 from __future__ import annotations
@@ -15,19 +17,24 @@ import os
 import stat
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from kae_deviceplugin.cli.allocations import endpoint_url
 from kae_deviceplugin.cli.checks import Row, Status
 from kae_deviceplugin.cli.hardware import check_hardware
+from kae_deviceplugin.config.settings import Mode
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.health import DEV_NODE_MISSING, REASON_FIXES
 from kae_deviceplugin.core.model import Inventory
+
+if TYPE_CHECKING:
+    from kae_deviceplugin.apiserver.seam import ApiServer
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.observability import nfd
 
@@ -43,6 +50,10 @@ class Targets:
     kubelet_root: Path
     metrics_address: str
     nfd_features_file: Path | None
+    mode: Mode = "device-plugin"
+    node_name: str | None = None  # DRA: whose ResourceSlices to read
+    kubeconfig: Path | None = None  # DRA: None is the pod's service account
+    cdi_dir: Path = Path("/var/run/cdi")
 
 
 def check_uacce_class(sysfs_root: Path, inventory: Inventory, hardware: bool) -> list[Row]:
@@ -138,8 +149,9 @@ def _fetch(url: str) -> tuple[int, str]:
         return err.code, err.read().decode(errors="replace")
 
 
-def check_daemon(metrics_address: str) -> list[Row]:
-    """A daemon's /readyz (registered and streamed from) and which resources it registered."""
+def check_daemon(metrics_address: str, resources: bool = True) -> list[Row]:
+    """A daemon's /readyz (registered and streamed from) and which resources it registered
+    (``resources``: a DRA driver registers none; its /readyz covers registration and slices)."""
     if not metrics_address:
         return [Row("daemon", Status.SKIP, "no --metrics-address to ask")]
     try:
@@ -152,11 +164,11 @@ def check_daemon(metrics_address: str) -> list[Row]:
         reason = getattr(err, "reason", err)
         fix = "start it (the chart's DaemonSet), or pass --metrics-address where it listens"
         return [Row("daemon", Status.FAIL, f"nothing answers at {base}: {reason}", (fix,))]
-    registered = _registered(base)
+    registered = f"; registered: {_registered(base)}" if resources else ""
     if status == 200:
-        return [Row("daemon", Status.OK, f"ready at {base}; registered: {registered}")]
+        return [Row("daemon", Status.OK, f"ready at {base}{registered}")]
     fix = "the kubelet has not registered it or streams from it: see the kubelet check and its log"
-    detail = f"not ready at {base} (HTTP {status}: {body.strip()}); registered: {registered}"
+    detail = f"not ready at {base} (HTTP {status}: {body.strip()}){registered}"
     return [Row("daemon", Status.FAIL, detail, (fix,))]
 
 
@@ -188,7 +200,10 @@ def check_nfd(features_file: Path | None, now: datetime) -> list[Row]:
     return [Row("nfd feature file", Status.OK, f"{features_file}: {len(labels)} labels")]
 
 
-def run_checks(targets: Targets) -> list[Row]:
+def run_checks(
+    targets: Targets, connect: Callable[[Path | None], ApiServer] | None = None
+) -> list[Row]:
+    """Every check in order; ``connect`` makes the API client in DRA mode (None: the real one)."""
     inventory = scan(targets.sysfs_root, targets.dev_root) if targets.sysfs_root.is_dir() else None
     if inventory is None:
         fix = "--sysfs-root must name the node's /sys"
@@ -199,10 +214,26 @@ def run_checks(targets: Targets) -> list[Row]:
         rows += check_uacce_class(targets.sysfs_root, inventory, hardware)
     rows += check_devices(inventory)
     rows += check_dev_nodes(targets.dev_root, inventory)
-    rows += check_kubelet(targets.kubelet_root)
-    rows += check_daemon(targets.metrics_address)
+    dra = targets.mode == "dra"
+    rows += check_dra(targets, inventory, connect) if dra else check_kubelet(targets.kubelet_root)
+    rows += check_daemon(targets.metrics_address, resources=not dra)
     rows += check_nfd(targets.nfd_features_file, datetime.now(UTC))
     return rows
+
+
+def check_dra(
+    targets: Targets, inventory: Inventory, connect: Callable[[Path | None], ApiServer] | None
+) -> list[Row]:
+    from kae_deviceplugin.cli import doctor_dra  # noqa: PLC0415 -- DRA mode only (see above)
+
+    where = doctor_dra.DraTargets(
+        targets.sysfs_root,
+        targets.kubelet_root,
+        targets.cdi_dir,
+        targets.node_name,
+        targets.kubeconfig,
+    )
+    return doctor_dra.check_dra(where, inventory, connect)
 
 
 def blocking(rows: Sequence[Row]) -> bool:

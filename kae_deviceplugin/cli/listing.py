@@ -59,7 +59,7 @@ def render_json(inventory: Inventory) -> str:
     return json.dumps([device_record(d) for d in inventory], indent=2)
 
 
-_HEADER = (
+HEADER = (
     "ENGINE",
     "NAME",
     "PCI ADDRESS",
@@ -80,7 +80,7 @@ def driver_shown(device: UacceDevice) -> str:
     return f"{device.driver} {device.driver_version or 'unknown'}"
 
 
-def _row(device: UacceDevice) -> tuple[str, ...]:
+def table_row(device: UacceDevice) -> tuple[str, ...]:
     def shown(value: object) -> str:
         return "-" if value is None else str(value)
 
@@ -110,10 +110,14 @@ def totals(inventory: Inventory) -> str:
     return line + (" (`kae-deviceplugin doctor` gives the fixes)" if unhealthy else "")
 
 
+def aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Rows of cells as lines, each column as wide as its widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    return [line.rstrip() for line in lines]
+
+
 def render_table(inventory: Inventory) -> str:
     if not inventory.devices:
         return NO_DEVICES
-    rows: Sequence[tuple[str, ...]] = [_HEADER, *(_row(d) for d in inventory)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADER))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
-    return "\n".join([*(line.rstrip() for line in lines), totals(inventory)])
+    return "\n".join([*aligned([HEADER, *map(table_row, inventory)]), totals(inventory)])

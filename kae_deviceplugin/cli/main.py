@@ -4,62 +4,33 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from kae_deviceplugin import __version__
+from kae_deviceplugin.cli.doctor_command import doctor_command
+from kae_deviceplugin.cli.options import (
+    BadInvocation,
+    dev_root_option,
+    kubelet_root_option,
+    list_mode_option,
+    option,
+    output_option,
+    sysfs_root_option,
+)
 from kae_deviceplugin.cli.serve import load_settings, overrides_from, serve_options
 from kae_deviceplugin.config.resolve import check_config
 from kae_deviceplugin.config.rules import did_you_mean
-from kae_deviceplugin.config.schema import ENV_PREFIX, OPTIONS_BY_FIELD, default_of
+from kae_deviceplugin.config.schema import ENV_PREFIX
+from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.daemon.run import run_serve
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.errors import InvalidConfig, ScanDeferred
 from kae_deviceplugin.observability import logs
 from kae_deviceplugin.observability.events import log_warning_changes
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class BadInvocation(click.ClickException):
-    """A bad option value: one "Error: ..." line and exit code 2, as for click's usage errors."""
-
-    exit_code = 2
-
-
-def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
-    """A click option whose environment variable is KAE_DP_<LONG NAME IN UPPER SNAKE>."""
-    long_name = next(d for d in decls if d.startswith("--"))
-    attrs.setdefault("envvar", ENV_PREFIX + long_name[2:].replace("-", "_").upper())
-    attrs.setdefault("show_envvar", True)
-    return click.option(*decls, **attrs)
-
-
-def _root_option(field: str) -> Callable[[F], F]:
-    """--sysfs-root or --dev-root for the one-off commands: serve's row, with its default."""
-    row = OPTIONS_BY_FIELD[field]
-    return option(
-        row.flag,
-        type=click.Path(path_type=Path, file_okay=False),
-        default=default_of(field),
-        show_default=True,
-        help=row.help,
-    )
-
-
-sysfs_root_option = _root_option("sysfs_root")
-dev_root_option = _root_option("dev_root")
-output_option = option(
-    "--output",
-    "-o",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table for people; json is a stable interface for scripts.",
-)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -113,6 +84,8 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     show_default=True,
     help="The kubelet's pod-resources socket, asked when the daemon does not answer.",
 )
+@list_mode_option
+@kubelet_root_option
 @option("--log-level", type=click.Choice(logs.LEVELS), default="warning", show_default=True)
 def list_command(
     *,
@@ -122,6 +95,8 @@ def list_command(
     allocations: bool,
     endpoint: str,
     pod_resources_socket: Path,
+    mode: str,
+    kubelet_root: Path,
     log_level: str,
 ) -> None:
     """List the KAE devices this node has, with health and the reasons for it."""
@@ -131,6 +106,9 @@ def list_command(
     from kae_deviceplugin.cli.listing import render_json, render_table  # noqa: PLC0415
 
     logs.configure(log_level, "text")
+    dra = mode.lower() == "dra"
+    if allocations and dra:
+        raise BadInvocation("--allocations lists the device plugin's pods; --mode dra shows claims")
     if allocations:
         try:
             rows, _source = allocations_cli.gather(endpoint, pod_resources_socket)
@@ -147,7 +125,23 @@ def list_command(
     except ScanDeferred as err:
         raise click.ClickException(str(err)) from None
     log_warning_changes((), inventory.warnings)
+    if dra:
+        click.echo(_dra_listing(inventory, kubelet_root, output))
+        return
     click.echo(render_json(inventory) if output == "json" else render_table(inventory))
+
+
+def _dra_listing(inventory: Inventory, kubelet_root: Path, output: str) -> str:
+    """The DRA listing; a checkpoint that cannot be read is exit 1 naming it, as serve refuses."""
+    from kae_deviceplugin.cli import listing_dra  # noqa: PLC0415 -- loads the DRA modules
+
+    try:
+        holders = listing_dra.claim_holders(kubelet_root)
+    except (listing_dra.CheckpointError, OSError) as err:
+        raise click.ClickException(f"cannot read the DRA checkpoint: {err}") from None
+    if output == "json":
+        return listing_dra.render_json(inventory, holders)
+    return listing_dra.render_table(inventory, holders)
 
 
 @main.command("serve")
@@ -178,40 +172,7 @@ def check_config_command(path: Path) -> None:
     click.echo(f"{path}: valid")
 
 
-@main.command("doctor")
-@sysfs_root_option
-@dev_root_option
-@option(
-    "--kubelet-root",
-    type=click.Path(path_type=Path),
-    default=default_of("kubelet_root"),
-    show_default=True,
-    help="The kubelet's root directory (device-plugins/ and sockets).",
-)
-@option(
-    "--metrics-address",
-    default=default_of("metrics_address"),
-    show_default=True,
-    help="Where a running daemon serves /readyz; empty skips the daemon check.",
-)
-@option(
-    "--nfd-features-file",
-    default=str(default_of("nfd_features_file")),
-    show_default=True,
-    help="The NFD feature file the daemon writes; empty skips the check.",
-)
-@output_option
-def doctor_command(*, output: str, nfd_features_file: str, **paths: Any) -> None:
-    """Explain why this node shows fewer KAE devices than expected; exit 1 if something blocks."""
-    from kae_deviceplugin.cli import doctor  # noqa: PLC0415 -- only this command needs it
-
-    logs.configure("error", "text")
-    targets = doctor.Targets(
-        nfd_features_file=Path(nfd_features_file) if nfd_features_file else None, **paths
-    )
-    rows = doctor.run_checks(targets)
-    click.echo(doctor.render_json(rows) if output == "json" else doctor.render_table(rows))
-    raise SystemExit(1 if doctor.blocking(rows) else 0)
+main.add_command(doctor_command)
 
 
 @main.command("demo")

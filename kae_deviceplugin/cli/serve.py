@@ -17,7 +17,13 @@ import click
 
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.resolve import enable_only, parse_engine_list, resolve_settings
-from kae_deviceplugin.config.schema import ENABLE_ENGINES_FLAG, ENV_PREFIX, OPTIONS, Option
+from kae_deviceplugin.config.schema import (
+    ENABLE_ENGINES_FLAG,
+    ENV_PREFIX,
+    OPTIONS,
+    OPTIONS_BY_FIELD,
+    Option,
+)
 from kae_deviceplugin.config.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -49,6 +55,11 @@ def _click_option(option: Option) -> Callable[[F], F]:
     )
 
 
+def setting_option(field: str) -> Callable[[F], F]:
+    """serve's option for one setting, for another command that resolves settings as serve does."""
+    return _click_option(OPTIONS_BY_FIELD[field])
+
+
 def serve_options(func: F) -> F:
     """Decorate ``func`` with --config, every row of the settings table and --enable-engines."""
     func = click.option(
@@ -63,13 +74,16 @@ def serve_options(func: F) -> F:
     )(func)
     for option in reversed(OPTIONS):
         func = _click_option(option)(func)
-    return click.option(
-        "--config",
-        "config_path",
-        type=click.Path(path_type=Path, dir_okay=False),
-        default=None,
-        help="YAML configuration file (version: v1); reloaded on change and on SIGHUP.",
-    )(func)
+    return config_option(func)
+
+
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="YAML configuration file (version: v1); serve reloads it on change and on SIGHUP.",
+)
 
 
 def _as_given(option: Option, value: object) -> object:

@@ -8,6 +8,8 @@ are read from the generated descriptors here, so they cannot drift from the prot
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kae_deviceplugin._generated.dra.v1 import api_pb2 as dra_v1
 from kae_deviceplugin._generated.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kae_deviceplugin._generated.dra.v1beta1 import api_pb2 as dra_v1beta1
@@ -31,6 +33,7 @@ __all__ = [
     "health_v1_grpc",
     "health_v1alpha1",
     "health_v1alpha1_grpc",
+    "plugin_dir",
     "service_name",
 ]
 
@@ -39,6 +42,12 @@ __all__ = [
 DRIVER = "kae.openfuyao.com"
 # PluginInfo.type of a DRA driver in the plugin-watcher registration.
 PLUGIN_TYPE = "DRAPlugin"
+
+
+def plugin_dir(kubelet_root: Path) -> Path:
+    """The driver's own directory under the kubelet's: the service socket and the checkpoint
+    (the kubelet's convention, ``<root-dir>/plugins/<driver>``; it outlives our pod)."""
+    return kubelet_root / "plugins" / DRIVER
 
 
 def full_service_name(module: object, service: str) -> str:

@@ -174,6 +174,17 @@ class CheckpointFile:
             data = safe_fs.read_file(fd, self.name)
         return Checkpoint() if data is None else decode(data, str(self.path))
 
+    def read_only(self) -> Checkpoint:
+        """The checkpoint for a reader that must change nothing on the node (doctor, list): a
+        missing file or directory is an empty checkpoint and is never created; a symlink in the
+        file's place is refused (ELOOP), not followed. Raises CheckpointError or OSError."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return Checkpoint()
+        with os.fdopen(fd, "rb") as file:
+            return decode(file.read(), str(self.path))
+
     def save(self, checkpoint: Checkpoint) -> None:
         """Replace the file with ``checkpoint``; when this returns, a power cut keeps it."""
         with safe_fs.open_root(self.directory) as fd:

@@ -29,7 +29,13 @@ from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView, build_views
 from kae_deviceplugin.discovery.queues import QueueTotals
-from kae_deviceplugin.dra.api import DRIVER, HEALTH_SERVICES, PLUGIN_SERVICES, PLUGIN_TYPE
+from kae_deviceplugin.dra.api import (
+    DRIVER,
+    HEALTH_SERVICES,
+    PLUGIN_SERVICES,
+    PLUGIN_TYPE,
+    plugin_dir,
+)
 from kae_deviceplugin.dra.checkpoint import CheckpointFile
 from kae_deviceplugin.dra.health import add_health_servicers
 from kae_deviceplugin.dra.plugin import add_plugin_servicers
@@ -70,7 +76,7 @@ class DraFrontEnd:
         self.inventories: LatestValue[Inventory] = LatestValue(self.inventory)
         self.views: Mapping[str, ResourceView] = {}
         self.registered: set[str] = set()
-        self.plugin_dir = settings.kubelet_root / "plugins" / DRIVER
+        self.plugin_dir = plugin_dir(settings.kubelet_root)
         reg_name, service_name = socket_names(os.environ.get("POD_UID") or None)
         self.registration_socket = registry_dir(settings.kubelet_root) / reg_name
         self.service_socket = self.plugin_dir / service_name

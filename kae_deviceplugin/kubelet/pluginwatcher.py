@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -75,3 +76,30 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
 def add_registration(server: grpc.aio.Server, servicer: RegistrationServicer) -> None:
     """Serve ``servicer`` on ``server`` (callers need not import the generated code)."""
     reg_grpc.add_RegistrationServicer_to_server(servicer, server)
+
+
+@dataclass(frozen=True, slots=True)
+class PluginInfo:
+    """What a registration socket says about its plugin (GetInfo), as the kubelet reads it."""
+
+    type: str
+    name: str
+    endpoint: str
+    supported_versions: tuple[str, ...]
+
+
+def query_info(socket: Path, timeout: float) -> PluginInfo:
+    """Ask the registration socket GetInfo, as the plugin watcher does, within ``timeout``
+    seconds (the kubelet gives a plugin 1 s). ConnectionError says why there was no answer.
+
+    A blocking call (doctor's), so that it runs beside any event loop, a test's included.
+    """
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        try:
+            info = reg_grpc.RegistrationStub(channel).GetInfo(reg_pb.InfoRequest(), timeout=timeout)
+        except grpc.RpcError as err:
+            code = err.code() if isinstance(err, grpc.Call) else None
+            name = code.name if code is not None else "error"
+            details = err.details() if isinstance(err, grpc.Call) else str(err)
+            raise ConnectionError(f"{name}: {details}") from None
+    return PluginInfo(info.type, info.name, info.endpoint, tuple(info.supported_versions))

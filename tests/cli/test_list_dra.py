@@ -1,0 +1,85 @@
+"""`kae-deviceplugin list --mode dra`: each device's DRA name and the claim holding it, read from
+a real checkpoint under the kubelet root; totals stay; the checkpoint is only read."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner, Result
+
+from kae_deviceplugin.cli.main import main
+from kae_deviceplugin.dra.checkpoint import CheckpointFile
+from tests.cli.dra_node import HPRE_0, SEC_0, UID_A, DraNode, dra_node
+
+
+def listed(node: DraNode, *extra: str) -> Result:
+    args = ["list", "--sysfs-root", str(node.root / "sys"), "--dev-root", str(node.root / "dev")]
+    return CliRunner().invoke(main, [*args, "--kubelet-root", str(node.kubelet), *extra])
+
+
+def test_the_table_names_each_device_and_its_claim() -> None:
+    """Every device gets its pool name; the held one its claim (namespace/name and uid); the
+    device-plugin totals line stays, followed by how many are held."""
+    with dra_node() as node:
+        node.prepare(UID_A, "rsa", HPRE_0)
+        result = listed(node, "--mode", "dra")
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert lines[0].split()[-4:] == ["REASONS", "DRA", "DEVICE", "CLAIM"]
+        (held,) = [line for line in lines if HPRE_0 in line]
+        assert held.startswith("hpre    hisi_hpre-2") and f"team-a/rsa ({UID_A})" in held
+        (free,) = [line for line in lines if SEC_0 in line]
+        assert free.split()[-2:] == [SEC_0, "-"]
+        assert lines[-2:] == ["6 devices: 6 healthy, 0 unhealthy", "1 held by 1 claim"]
+
+
+def test_json_adds_the_dra_device_and_its_claims() -> None:
+    """The JSON records keep every key and add dra_device and claims (empty when free)."""
+    with dra_node() as node:
+        node.prepare(UID_A, "rsa", HPRE_0)
+        plain = json.loads(listed(node, "-o", "json").stdout)
+        records = json.loads(listed(node, "-o", "json", "--mode", "dra").stdout)
+        assert [set(r) - set(p) for r, p in zip(records, plain, strict=True)] == [
+            {"dra_device", "claims"}
+        ] * len(plain)
+        by_name = {r["dra_device"]: r for r in records}
+        assert by_name[HPRE_0]["name"] == "hisi_hpre-2"
+        assert by_name[HPRE_0]["claims"] == [
+            {"namespace": "team-a", "name": "rsa", "uid": UID_A, "request": "kae"}
+        ]
+        assert by_name[SEC_0]["claims"] == []
+
+
+def test_a_claim_on_a_device_the_scan_lacks_is_named() -> None:
+    """A checkpointed claim holding a device this node does not show now gets its own line."""
+    with dra_node() as node:
+        node.prepare(UID_A, "rsa", "hpre-0000-99-00-0")
+        lines = listed(node, "--mode", "dra").stdout.splitlines()
+        assert (
+            lines[-1]
+            == f"team-a/rsa ({UID_A}) holds hpre-0000-99-00-0, which this node does not show now"
+        )
+        assert lines[-2] == "0 held by 1 claim"
+
+
+def test_a_damaged_checkpoint_is_one_line_naming_it() -> None:
+    """A checkpoint that is not JSON: exit 1, one line with its path, no traceback."""
+    with dra_node() as node:
+        path = CheckpointFile(node.plugin_dir).path
+        path.write_text("{not json")
+        result = listed(node, "--mode", "dra")
+        assert result.exit_code == 1 and result.exception is not None
+        assert f"cannot read the DRA checkpoint: {path}: not JSON" in result.stderr
+        assert "Traceback" not in result.output
+
+
+def test_list_mode_dra_creates_nothing_and_refuses_allocations() -> None:
+    """No plugin directory (the driver never ran): every device free, no directory made;
+    --allocations (the device plugin's pods) with --mode dra is a bad invocation."""
+    with dra_node() as node:
+        node.plugin_dir.rmdir()
+        result = listed(node, "--mode", "DRA")  # choices in any case, as serve's
+        assert result.exit_code == 0 and result.stdout.splitlines()[-1] == "0 held by 0 claims"
+        assert not node.plugin_dir.exists()
+        refused = listed(node, "--mode", "dra", "--allocations")
+        assert refused.exit_code == 2 and "--allocations" in refused.stderr
