@@ -91,17 +91,21 @@ empty. Called with a variant's context (.Values.config merged), as every per-var
 
 {{/*
 True (non-empty) when any DaemonSet of the release runs in DRA mode, so the cluster-level DRA
-objects (RBAC, admission policy, DeviceClasses) exist exactly when a driver needs them. A
-configuration's mode replaces config.mode only when it is not empty, as the variant merge does.
+objects (RBAC, admission policy, DeviceClasses) exist exactly when a driver needs them. Each
+variant's values are merged as configmap.yaml and daemonset.yaml merge them (a configuration's
+`mode: ""` also overrides, and then follows dra.enabled).
 */}}
 {{- define "kae.anyDra" -}}
 {{- if .Values.devicePlugin.enabled }}
-{{- $base := include "kae.mode" . }}
-{{- $modes := list $base }}
-{{- range $name, $part := .Values.configs }}
-{{- $modes = append $modes (default $base (get (default dict $part) "mode")) }}
+{{- $found := false }}
+{{- range $variant := include "kae.variants" . | fromJsonArray }}
+{{- $values := $.Values }}
+{{- if $variant }}
+{{- $values = mergeOverwrite (deepCopy $.Values) (dict "config" (get $.Values.configs $variant)) }}
 {{- end }}
-{{- if has "dra" $modes }}true{{ end }}
+{{- if include "kae.isDra" (dict "Values" $values) }}{{ $found = true }}{{ end }}
+{{- end }}
+{{- if $found }}true{{ end }}
 {{- end }}
 {{- end }}
 
