@@ -3,9 +3,10 @@
 #   deploy/manifests/kae-device-plugin.yaml  namespace kae-system (with Pod Security labels),
 #                                            ServiceAccount, ConfigMap, metrics Service, DaemonSet
 #   deploy/nfd/nodefeaturerule.yaml          the NodeFeatureRule alone (needs NFD's CRDs)
+#   deploy/dra/deviceclasses.yaml            the DRA DeviceClasses alone (Kubernetes 1.34+)
 # Chart defaults apply otherwise. tests/deploy/test_deploy.py fails when the committed files are stale.
 #
-# Usage: scripts/render-manifests.sh [--out DIR]   write DIR/manifests/... and DIR/nfd/... (default deploy/)
+# Usage: scripts/render-manifests.sh [--out DIR]   write DIR/{manifests,nfd,dra}/... (default deploy/)
 #        scripts/render-manifests.sh --check       exit 1 with a diff when the committed files are stale
 set -euo pipefail
 
@@ -33,7 +34,7 @@ header() {
 
 render() {
     local dir="$1"
-    mkdir -p "${dir}/manifests" "${dir}/nfd"
+    mkdir -p "${dir}/manifests" "${dir}/nfd" "${dir}/dra"
     {
         header "Install: kubectl apply -f deploy/nfd/ (with NFD >= v0.13), then kubectl apply -f deploy/manifests/"
         # psa.enabled puts every object in psa.namespace; the release namespace only names where
@@ -46,6 +47,17 @@ render() {
         "${HELM}" template "${RELEASE}" "${CHART}" --namespace "${NAMESPACE}" \
             --set nfd.nodefeaturerules=true --show-only templates/nodefeaturerule.yaml
     } >"${dir}/nfd/nodefeaturerule.yaml"
+    {
+        header "DeviceClasses of the KAE DRA driver (kae.openfuyao.com), one per engine: kubectl apply -f deploy/dra/deviceclasses.yaml" \
+            "A claim names one and narrows it with its own selectors, e.g. an HPRE that does RSA:" \
+            "  device.attributes[\"kae.openfuyao.com\"].alg_rsa" \
+            "Every algorithm an engine family can have is published on each of its devices (false where" \
+            "absent), so such a selector never fails with \"no such key\" on a device without it." \
+            "extendedResourceName lets pods asking openfuyao.com/kae.<engine> in their limits be served" \
+            "by DRA on nodes where no device plugin advertises that name."
+        "${HELM}" template "${RELEASE}" "${CHART}" --namespace "${NAMESPACE}" \
+            --set dra.enabled=true --show-only templates/dra-deviceclasses.yaml
+    } >"${dir}/dra/deviceclasses.yaml"
 }
 
 if [[ "${check}" == true ]]; then
@@ -53,7 +65,7 @@ if [[ "${check}" == true ]]; then
     trap 'rm -rf "${tmp}"' EXIT
     render "${tmp}"
     stale=0
-    for f in manifests/kae-device-plugin.yaml nfd/nodefeaturerule.yaml; do
+    for f in manifests/kae-device-plugin.yaml nfd/nodefeaturerule.yaml dra/deviceclasses.yaml; do
         if ! diff -u "${REPO_ROOT}/deploy/${f}" "${tmp}/${f}"; then
             echo "render-manifests: deploy/${f} is stale: run scripts/render-manifests.sh" >&2
             stale=1
@@ -62,4 +74,4 @@ if [[ "${check}" == true ]]; then
     exit "${stale}"
 fi
 render "${out}"
-echo "render-manifests: wrote ${out}/manifests/kae-device-plugin.yaml and ${out}/nfd/nodefeaturerule.yaml" >&2
+echo "render-manifests: wrote ${out}/manifests/kae-device-plugin.yaml, ${out}/nfd/nodefeaturerule.yaml and ${out}/dra/deviceclasses.yaml" >&2

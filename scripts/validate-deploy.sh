@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every validator on the deployment artifacts; exits non-zero if any of them fails.
-#   1. helm lint --strict (values.schema.json included), default values and ci/full-values.yaml
-#   2. helm template of both value sets, then
-#      - kubernetes-validate --strict against Kubernetes 1.25 and the newest version it knows
+#   1. helm lint --strict (values.schema.json included), default values, ci/full-values.yaml and
+#      ci/dra-values.yaml
+#   2. helm template of each value set, then
+#      - kubernetes-validate --strict against Kubernetes 1.25 (1.34 for DRA, the first serving
+#        resource.k8s.io/v1) and the newest version it knows
 #      - scripts/check_custom_resources.py: NodeFeatureRule/ServiceMonitor against deploy/schemas,
 #        and no object left that no validator knows
 #      - `kae-deviceplugin check-config` on the rendered config.yaml (the daemon's own rules)
@@ -52,24 +54,39 @@ kube_validate() {
     "${PYTHON}" -m kubernetes_validate --strict --quiet -k 1.25.0 -k "${KUBE_LATEST}" "$@"
 }
 
+# DeviceClass (resource.k8s.io/v1) exists from 1.34 on: DRA objects are checked from there.
+kube_validate_dra() {
+    "${PYTHON}" -m kubernetes_validate --strict --quiet -k 1.34.0 -k "${KUBE_LATEST}" "$@"
+}
+
 check_config() {
     local rendered="$1" config="$2"
+    # One config file per ConfigMap (per-node configurations have their own), each checked.
     "${PYTHON}" - "${rendered}" "${config}" <<'PY' || return 1
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
-(cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
-open(sys.argv[2], "w").write(cm["data"]["config.yaml"])
+maps = [d for d in docs if d["kind"] == "ConfigMap"]
+assert maps, "no ConfigMap rendered"
+for index, cm in enumerate(maps):
+    open(f"{sys.argv[2]}.{index}", "w").write(cm["data"]["config.yaml"])
 PY
-    "${PYTHON}" -m kae_deviceplugin check-config "${config}"
+    local file
+    for file in "${config}".*; do
+        "${PYTHON}" -m kae_deviceplugin check-config "${file}" || return 1
+    done
 }
 
-for set in default full; do
+for set in default full dra; do
     values=()
-    [[ "${set}" == full ]] && values=(--values "${CHART}/ci/full-values.yaml")
+    [[ "${set}" != default ]] && values=(--values "${CHART}/ci/${set}-values.yaml")
     rendered="${work}/${set}.yaml"
     step "helm lint --strict (${set})" "${HELM}" lint --strict "${CHART}" --namespace "${NAMESPACE}" "${values[@]}"
     step "helm template (${set})" render_to "${rendered}" "${values[@]}"
-    step "kubernetes-validate --strict 1.25.0 + ${KUBE_LATEST} (${set})" kube_validate "${rendered}"
+    if [[ "${set}" == dra ]]; then
+        step "kubernetes-validate --strict 1.34.0 + ${KUBE_LATEST} (${set})" kube_validate_dra "${rendered}"
+    else
+        step "kubernetes-validate --strict 1.25.0 + ${KUBE_LATEST} (${set})" kube_validate "${rendered}"
+    fi
     step "custom resources vs deploy/schemas (${set})" \
         "${PYTHON}" scripts/check_custom_resources.py "${rendered}"
     step "daemon check-config (${set})" check_config "${rendered}" "${work}/${set}-config.yaml"
@@ -80,6 +97,7 @@ step "plain manifests are current" scripts/render-manifests.sh --check
 step "kubernetes-validate --strict (plain manifests)" kube_validate "${manifests[@]}"
 step "custom resources vs deploy/schemas (plain manifests)" \
     "${PYTHON}" scripts/check_custom_resources.py "${manifests[@]}"
+step "kubernetes-validate --strict (deploy/dra)" kube_validate_dra deploy/dra/deviceclasses.yaml
 step "hadolint Dockerfile" "${HADOLINT}" Dockerfile
 step "shellcheck scripts/*.sh" shellcheck scripts/*.sh
 

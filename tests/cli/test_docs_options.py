@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from kae_deviceplugin.cli.main import main
+from kae_deviceplugin.config.schema import OPTIONS
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "kae-device-plugin"
@@ -90,11 +91,23 @@ def chart_accepts(schema: dict[str, Any], path: str) -> bool:
     return True
 
 
-def named_chart_values(text: str, top_level: set[str]) -> set[str]:
+# The daemon's own file keys: ticked, `dra.nodeName` is the config file's key even though the
+# chart has a top-level value `dra` (set with --set, it would be a chart value, and checked).
+DAEMON_FILE_KEYS = frozenset(option.key for option in OPTIONS)
+
+
+def named_chart_values(
+    text: str, top_level: set[str], file_keys: frozenset[str] = frozenset()
+) -> set[str]:
     """The chart values a document names: each `--set` key, and each ticked dotted name whose
-    first part is a top-level chart value (`engines.hpre.enabled` is a daemon file key)."""
+    first part is a top-level chart value (`engines.hpre.enabled` is a daemon file key, and so
+    is any of ``file_keys``)."""
     named = {m[1] for m in SET_VALUE.finditer(text)}
-    named |= {m[1] for m in TICKED_VALUE.finditer(text) if m[1].split(".")[0] in top_level}
+    named |= {
+        m[1]
+        for m in TICKED_VALUE.finditer(text)
+        if m[1].split(".")[0] in top_level and m[1] not in file_keys
+    }
     return {name for name in named if name.rpartition(".")[2] not in FILE_SUFFIXES}
 
 
@@ -105,7 +118,7 @@ def test_every_chart_value_the_docs_name_exists() -> None:
     missing = {
         value: doc
         for doc in CHART_DOCS
-        for value in named_chart_values((REPO / doc).read_text(), top_level)
+        for value in named_chart_values((REPO / doc).read_text(), top_level, DAEMON_FILE_KEYS)
         if not chart_accepts(schema, value)
     }
     assert not missing, f"chart values the chart does not have: {missing}"
@@ -119,6 +132,12 @@ def test_the_chart_value_check_can_fail() -> None:
         set(schema["properties"]),
     )
     assert names == {"psa.namespaces", "nfd.requireLabels"}
+    # A daemon file key that shares its first part with a chart value is the daemon's when
+    # ticked, and a chart value (here a wrong one) when set.
+    text = "`dra.nodeName` and `dra.nodeScopedPolcy`, --set dra.nodeName=x"
+    names = named_chart_values(text, set(schema["properties"]), DAEMON_FILE_KEYS)
+    assert names == {"dra.nodeScopedPolcy", "dra.nodeName"}
+    assert not any(chart_accepts(schema, name) for name in names)
     assert not any(chart_accepts(schema, name) for name in names)
     assert chart_accepts(schema, "configs.vf-only.engines.sec.functions")
     assert not chart_accepts(schema, "configs.vf-only.engines.sec.function")

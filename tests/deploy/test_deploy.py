@@ -425,8 +425,8 @@ def test_full_values_reach_the_config_file() -> None:
     assert config["cdi"] is True
     assert config["env"] == {"uadkNumaHint": True, "opensslEngines": "/usr/local/lib/engines-1.1"}
     assert config["log"] == {"level": "debug", "format": "json"}
-    env = {e["name"]: e.get("value") for e in container(render(FULL_VALUES))["env"]}
-    assert env["KAE_DP_CDI_DIR"] == "/etc/cdi"
+    assert config["paths"]["cdiDir"] == "/etc/cdi"
+    assert "mode" not in config and "dra" not in config  # device-plugin mode, the default
 
 
 def test_rendered_config_is_accepted_by_the_daemon(objs: list[Obj], tmp_path: Path) -> None:
@@ -635,7 +635,7 @@ def test_unknown_kinds_are_not_waved_through(tmp_path: Path) -> None:
 
 
 def test_plain_manifests_are_current(tmp_path: Path) -> None:
-    """deploy/manifests and deploy/nfd equal a fresh scripts/render-manifests.sh run."""
+    """deploy/manifests, deploy/nfd and deploy/dra equal a fresh scripts/render-manifests.sh run."""
     env = {**os.environ, "HELM": helm()}
     out = subprocess.run(
         [str(REPO / "scripts" / "render-manifests.sh"), "--out", str(tmp_path)],
@@ -646,7 +646,11 @@ def test_plain_manifests_are_current(tmp_path: Path) -> None:
         env=env,
     )
     assert out.returncode == 0, out.stderr
-    for rel in ("manifests/kae-device-plugin.yaml", "nfd/nodefeaturerule.yaml"):
+    for rel in (
+        "manifests/kae-device-plugin.yaml",
+        "nfd/nodefeaturerule.yaml",
+        "dra/deviceclasses.yaml",
+    ):
         committed = (REPO / "deploy" / rel).read_text()
         assert committed == (tmp_path / rel).read_text(), (
             f"deploy/{rel} is stale: run scripts/render-manifests.sh"

@@ -74,7 +74,54 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* True (non-empty) when the registration mode may use the kubelet's plugins_registry. */}}
 {{- define "kae.usesPluginWatcher" -}}
-{{- if ne .Values.config.registration "kubelet-socket" }}true{{ end }}
+{{- if or (include "kae.isDra" .) (ne .Values.config.registration "kubelet-socket") }}true{{ end }}
+{{- end }}
+
+{{/*
+The daemon's front end on a variant's nodes: its config.mode, or dra.enabled's choice when that is
+empty. Called with a variant's context (.Values.config merged), as every per-variant template is.
+*/}}
+{{- define "kae.mode" -}}
+{{- default (ternary "dra" "device-plugin" .Values.dra.enabled) .Values.config.mode }}
+{{- end }}
+
+{{- define "kae.isDra" -}}
+{{- if eq (include "kae.mode" .) "dra" }}true{{ end }}
+{{- end }}
+
+{{/*
+True (non-empty) when any DaemonSet of the release runs in DRA mode, so the cluster-level DRA
+objects (RBAC, admission policy, DeviceClasses) exist exactly when a driver needs them. Each
+variant's values are merged as configmap.yaml and daemonset.yaml merge them (a configuration's
+`mode: ""` also overrides, and then follows dra.enabled).
+*/}}
+{{- define "kae.anyDra" -}}
+{{- if .Values.devicePlugin.enabled }}
+{{- $found := false }}
+{{- range $variant := include "kae.variants" . | fromJsonArray }}
+{{- $values := $.Values }}
+{{- if $variant }}
+{{- $values = mergeOverwrite (deepCopy $.Values) (dict "config" (get $.Values.configs $variant)) }}
+{{- end }}
+{{- if include "kae.isDra" (dict "Values" $values) }}{{ $found = true }}{{ end }}
+{{- end }}
+{{- if $found }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* True (non-empty) when the daemon writes CDI specs: cdi.enabled, or DRA (one per claim). */}}
+{{- define "kae.usesCdiDir" -}}
+{{- if or .Values.cdi.enabled (include "kae.isDra" .) }}true{{ end }}
+{{- end }}
+
+{{/* The DRA driver's own directory below the kubelet's plugins/: its socket and checkpoint. */}}
+{{- define "kae.draPluginDir" -}}
+{{- printf "%s/plugins/kae.openfuyao.com" (include "kae.kubeletRoot" .) }}
+{{- end }}
+
+{{/* The user name the API server gives the plugin's service account (RBAC, admission policy). */}}
+{{- define "kae.serviceAccountUser" -}}
+{{- printf "system:serviceaccount:%s:%s" (include "kae.namespace" .) (include "kae.serviceAccountName" .) }}
 {{- end }}
 
 {{- define "kae.nfdFeaturesFile" -}}
@@ -106,18 +153,28 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
 {{- /* Test clusters: a fixture tree mounted at its own host path, so answers name real paths. */}}
 {{- $_ := unset $paths "hostDevRoot" }}
 {{- end }}
+{{- if include "kae.usesCdiDir" . }}
+{{- $_ := set $paths "cdiDir" .Values.cdi.specDir }}
+{{- end }}
+{{- $dra := include "kae.isDra" . }}
 {{- $file := dict
       "version" "v1"
       "scanInterval" $c.scanInterval
       "registration" $c.registration
       "allocationPolicy" $c.allocationPolicy
       "containerSysfsView" $c.containerSysfsView
-      "cdi" .Values.cdi.enabled
+      "cdi" (and .Values.cdi.enabled (not $dra))
       "metricsAddress" (printf ":%d" (int .Values.metrics.port))
       "log" (dict "level" $c.log.level "format" $c.log.format)
       "paths" $paths
       "engines" $engines
       "env" (dict "uadkNumaHint" $c.env.uadkNumaHint "opensslEngines" $c.env.opensslEngines) -}}
+{{- if $dra }}
+{{- /* The node name comes from $NODE_NAME and the API from the pod's token: not written here.
+       `cdi` is off: DRA writes a spec per claim, the device plugin's node-wide one is unused. */}}
+{{- $_ := set $file "mode" "dra" }}
+{{- with $c.dra }}{{ $_ := set $file "dra" . }}{{ end }}
+{{- end }}
 {{- toYaml $file }}
 {{- end }}
 
