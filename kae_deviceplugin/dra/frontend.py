@@ -35,6 +35,7 @@ from kae_deviceplugin.dra.health import add_health_servicers
 from kae_deviceplugin.dra.plugin import add_plugin_servicers
 from kae_deviceplugin.dra.prepare import ClaimPreparer
 from kae_deviceplugin.dra.publisher import SlicePublisher
+from kae_deviceplugin.dra.slice_devices import DeviceOptions
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.kubelet.pluginwatcher import (
     RegistrationServicer,
@@ -46,6 +47,16 @@ from kae_deviceplugin.kubelet.sockets import bind_privately, prepare_socket_dir,
 log = logging.getLogger(__name__)
 
 STOP_GRACE = 0.5
+
+
+def device_options(settings: Settings) -> DeviceOptions:
+    """What the slices publish beyond the description: taints on unhealthy devices unless
+    ``omit``, and consumable queues for the shared engines."""
+    effect = settings.unhealthy_taint_effect
+    return DeviceOptions(
+        taint_effect=None if effect == "omit" else effect,
+        shared_engines=settings.shared_engines,
+    )
 
 
 def socket_names(pod_uid: str | None) -> tuple[str, str]:
@@ -99,6 +110,7 @@ class DraFrontEnd:
             NodeRef(self.node, self.node_uid),
             generation=generation,
             queues=self.queues.update(inventory),
+            options=device_options(self.settings),
         )
         return list(plan.slices)
 
