@@ -75,6 +75,16 @@ class Checkpoint:
         return Checkpoint({k: v for k, v in self.claims.items() if k != uid})
 
 
+def claimed_queues(checkpoint: Checkpoint) -> dict[str, int]:
+    """Device name -> the queues all prepared claims consumed of it (shared devices only)."""
+    claimed: dict[str, int] = {}
+    for claim in checkpoint.claims.values():
+        for device in claim.devices:
+            if device.queues is not None:
+                claimed[device.device] = claimed.get(device.device, 0) + device.queues
+    return claimed
+
+
 def _claims_json(checkpoint: Checkpoint) -> dict[str, Any]:
     return {
         uid: {
