@@ -2,8 +2,8 @@
 
 One reconcile compares the slices the API holds (listed by ``spec.driver`` and ``spec.nodeName``)
 with the ones the current inventory makes: exactly with what this publisher last wrote while the
-server still holds that version, else field by field (what we would write must be there, and
-the taints must be the same: a lifted taint is a removal). Nothing is written when they agree,
+server still holds that version, else field by field both ways (the server's copy may add only
+the taints' ``timeAdded``: a lifted taint is a removal). Nothing is written when they agree,
 so a driver at rest costs the API server nothing; otherwise the pool's generation goes up by one
 and only the slices that differ are created, replaced or deleted, each standing taint keeping
 the ``timeAdded`` the server gave it. A watch on the same selector wakes the loop when someone
@@ -91,9 +91,15 @@ def _taint_key(device: Mapping[str, Any], taint: Mapping[str, Any]) -> tuple[Any
     return (device.get("name"), taint.get("key"), taint.get("value"), taint.get("effect"))
 
 
-def _taints(slice_: Mapping[str, Any]) -> set[tuple[Any, ...]]:
-    """Each device's taints without the server's ``timeAdded``."""
-    return {_taint_key(d, t) for d in slice_["spec"]["devices"] for t in d.get("taints", [])}
+def _without_taint_times(content: JsonObject) -> JsonObject:
+    """A slice's content without the ``timeAdded`` the server stamps on each taint."""
+    devices = [
+        {**d, "taints": [{k: v for k, v in t.items() if k != "timeAdded"} for t in d["taints"]]}
+        if d.get("taints")
+        else d
+        for d in content["spec"].get("devices", [])
+    ]
+    return {**content, "spec": {**content["spec"], "devices": devices}}
 
 
 class SlicePublisher:
@@ -160,9 +166,11 @@ class SlicePublisher:
         if written is not None and written[0] == stored["metadata"].get("resourceVersion"):
             return written[1] == _content(body)
         # Found, not ours (a restart, or someone else wrote it): what we would write must be
-        # there, and the taints exactly (a lifted one is gone). A field the server does not
-        # keep (reported once) is no reason to write again.
-        if _taints(body) != _taints(stored):
+        # there (a field the server does not keep, reported once, is no reason to write again),
+        # and nothing more but the taints' timeAdded: a lifted taint, or sharing turned off
+        # across a restart, is a removal. A default the server adds costs one write after a
+        # restart, after which the exact comparison above takes over.
+        if dropped_fields(_without_taint_times(_content(stored)), _content(body)):
             return False
         return all(
             field_of(path) in self._reported

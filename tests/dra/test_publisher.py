@@ -296,3 +296,22 @@ def test_a_restarted_publisher_lifts_a_taint_it_did_not_write() -> None:
         assert taints(stored) == {}
 
     asyncio.run(main())
+
+
+def test_sharing_turned_off_across_a_restart_is_written() -> None:
+    """A new publisher without sharing finds slices published with it: the server's copy holds
+    more than it would write (allowMultipleAllocations, a request policy), so it writes once,
+    then rests."""
+    api = FakeApiServer()
+    inventory = fixture_inventory("kunpeng920-2p")
+    shared = builder(options=DeviceOptions(shared_engines=frozenset({"zip"})))
+
+    async def main() -> None:
+        await SlicePublisher(api, DRIVER, NODE.name, shared).reconcile(inventory)
+        again = SlicePublisher(api, DRIVER, NODE.name, builder())
+        assert await again.reconcile(inventory) == 1
+        assert await again.reconcile(inventory) == 0
+        [stored] = api.objects.values()
+        assert not any("allowMultipleAllocations" in d for d in stored["spec"]["devices"])
+
+    asyncio.run(main())
