@@ -40,6 +40,7 @@ def _metavar(option: Option) -> str:
         "path": "PATH",
         "optional-path": "PATH",
         "optional-name": "NAME",
+        "engine-list": "ENGINES",
     }.get(option.kind, "VALUE")
 
 

@@ -25,6 +25,7 @@ def _type_text(option: Option) -> str:
         "path": "absolute path",
         "optional-path": "absolute path or null",
         "optional-name": "node name or null",
+        "engine-list": "engine list (`zip`, `hpre,sec` or a YAML list)",
     }[option.kind]
 
 

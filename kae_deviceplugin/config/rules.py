@@ -15,6 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from kae_deviceplugin.core.engines import ENGINES_BY_NAME
 from kae_deviceplugin.core.ids import MAX_SHARES
 
 Rule = Callable[[object], Any]
@@ -92,16 +93,36 @@ def shares(value: object) -> int:
 
 
 def choice(choices: tuple[str, ...]) -> Rule:
-    """One of ``choices``, written in any case; a typo gets a suggestion."""
+    """One of ``choices``, written in any case, as the table spells it; a typo gets a
+    suggestion."""
+    spelled = {c.lower(): c for c in choices}  # "noschedule" is NoSchedule, the API's spelling
 
     def rule(value: object) -> str:
-        if isinstance(value, str) and value.strip().lower() in choices:
-            return value.strip().lower()
+        if isinstance(value, str) and value.strip().lower() in spelled:
+            return spelled[value.strip().lower()]
         why = "must be one of " + ", ".join(choices)
         guess = did_you_mean(value, choices) if isinstance(value, str) else None
         raise ValueError(f"{why}; did you mean {guess!r}?" if guess else why)
 
     return rule
+
+
+def engine_list(value: object) -> frozenset[str]:
+    """Engine names: a YAML list, or text with commas or spaces (``zip,sec``); empty is none."""
+    if isinstance(value, str):
+        words = value.replace(",", " ").split()
+    elif isinstance(value, list | tuple | frozenset | set) and all(
+        isinstance(v, str) for v in value
+    ):
+        words = [w for v in value for w in v.replace(",", " ").split()]
+    else:
+        raise ValueError("must be a list of engine names, or names separated by commas")
+    names = frozenset(w.lower() for w in words)
+    for name in sorted(names - set(ENGINES_BY_NAME)):
+        guess = did_you_mean(name, ENGINES_BY_NAME)
+        hint = f"; did you mean {guess!r}?" if guess else "; known: " + ", ".join(ENGINES_BY_NAME)
+        raise ValueError(f"{name!r} is not an engine{hint}")
+    return names
 
 
 def path_text(value: object) -> str:

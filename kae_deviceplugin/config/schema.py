@@ -9,37 +9,39 @@ test proves the doc is current). Adding a setting is a field in ``Settings`` and
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 from kae_deviceplugin.config import rules
+from kae_deviceplugin.config.kinds import RELOAD_TEXT, Kind, Reload, show_value
 from kae_deviceplugin.config.settings import (
     LOG_FORMATS,
     LOG_LEVELS,
     MODES,
     REGISTRATIONS,
+    UNHEALTHY_TAINTS,
     Settings,
 )
 from kae_deviceplugin.core.ids import MAX_SHARES
 from kae_deviceplugin.core.placement import POLICIES
 from kae_deviceplugin.core.views import FUNCTIONS
 
-ENV_PREFIX: Final = "KAE_DP_"
-
-# What a running daemon does when a reloaded file changes the setting.
-Reload = Literal["applied", "republished", "resource", "restart"]
-RELOAD_TEXT: Final[dict[Reload, str]] = {
-    "applied": "applied",
-    "republished": "applied, all resources republished",
-    "resource": "applied to that resource",
-    "restart": "restart",
-}
-# How a value is written, for flags (what to make absolute) and for the reference.
-Kind = Literal[
-    "duration", "choice", "boolean", "address", "path", "optional-path", "count", "optional-name"
+__all__ = [  # Kind, Reload, RELOAD_TEXT and show_value live in kinds.py, re-exported here
+    "ENABLE_ENGINES_FLAG",
+    "ENGINE_FIELDS",
+    "ENV_PREFIX",
+    "OPTIONS",
+    "OPTIONS_BY_FIELD",
+    "RELOAD_TEXT",
+    "Kind",
+    "Option",
+    "Reload",
+    "default_of",
+    "restart_only",
+    "show_value",
 ]
+
+ENV_PREFIX: Final = "KAE_DP_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,7 @@ def _option(
         "path": rules.path,
         "optional-path": rules.optional(rules.path),
         "optional-name": rules.optional(rules.node_name),
+        "engine-list": rules.engine_list,
     }.get(kind)
     choices = extra.get("choices", ())
     assert isinstance(choices, tuple)
@@ -198,6 +201,24 @@ OPTIONS: Final[tuple[Option, ...]] = (
         derived_default="in-cluster",
     ),
     _option(
+        "unhealthy_taint_effect",
+        "dra.unhealthyTaintEffect",
+        "choice",
+        "DRA: the effect of the kae.openfuyao.com/unhealthy taint an unhealthy device keeps in its "
+        "slice (NoExecute evicts pods whose claims do not tolerate it); omit leaves the device "
+        "out of the slice instead.",
+        "restart",
+        choices=UNHEALTHY_TAINTS,
+    ),
+    _option(
+        "shared_engines",
+        "dra.sharedEngines",
+        "engine-list",
+        "DRA: engines whose devices several claims share, each asking a number of queues "
+        "(consumable capacity; the kernel does not enforce the split); empty shares none.",
+        "restart",
+    ),
+    _option(
         "registration",
         "registration",
         "choice",
@@ -271,21 +292,6 @@ def default_of(field: str) -> object:
     for part in field.split("."):
         value = getattr(value, part)
     return value
-
-
-def show_value(value: object, kind: Kind) -> str:
-    """A value as a user would write it in a flag or the file."""
-    if value is None:
-        return '""'
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if kind == "duration" and isinstance(value, float):
-        if value >= 1 and math.isclose(value, round(value)):
-            return f"{round(value)}s"
-        return f"{round(value * 1000)}ms"
-    if isinstance(value, Path):
-        return str(value)
-    return str(value) if value != "" else '""'
 
 
 def restart_only() -> tuple[str, ...]:

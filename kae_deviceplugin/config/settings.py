@@ -21,16 +21,21 @@ Mode = Literal["device-plugin", "dra"]
 Registration = Literal["auto", "kubelet-socket", "plugin-watcher"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["text", "json"]
+# DRA: the effect of the taint an unhealthy device gets in its slice; "omit" leaves the device
+# out of the slice instead (the behaviour before taints).
+UnhealthyTaint = Literal["NoSchedule", "NoExecute", "None", "omit"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 REGISTRATIONS: tuple[Registration, ...] = get_args(Registration)
 LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
 LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
+UNHEALTHY_TAINTS: tuple[UnhealthyTaint, ...] = get_args(UnhealthyTaint)
 
 __all__ = [
     "LOG_FORMATS",
     "LOG_LEVELS",
     "MODES",
     "REGISTRATIONS",
+    "UNHEALTHY_TAINTS",
     "EngineSettings",
     "EnvSettings",
     "LogFormat",
@@ -38,6 +43,7 @@ __all__ = [
     "Mode",
     "Registration",
     "Settings",
+    "UnhealthyTaint",
 ]
 
 
@@ -76,6 +82,10 @@ class Settings:
     mode: Mode = "device-plugin"
     node_name: str | None = None  # DRA: the node's name; None takes $NODE_NAME (downward API)
     kubeconfig: Path | None = None  # DRA: a kubeconfig file; None is the pod's service account
+    # DRA: an unhealthy device stays in its slice with a taint of this effect (issue 21).
+    unhealthy_taint_effect: UnhealthyTaint = "NoSchedule"
+    # DRA: engines whose devices several claims share, each taking some of their queues.
+    shared_engines: frozenset[str] = frozenset()
     registration: Registration = "auto"
     metrics_address: str = ":9410"  # "" disables the metrics endpoint
     log_level: LogLevel = "info"

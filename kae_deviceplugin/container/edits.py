@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,9 +104,18 @@ def device_edits(device: UacceDevice, options: ContainerOptions) -> ContainerEdi
 
 
 def container_edits(
-    engine_name: str, devices: Sequence[UacceDevice], options: ContainerOptions
+    engine_name: str,
+    devices: Sequence[UacceDevice],
+    options: ContainerOptions,
+    queues: Mapping[str, int] | None = None,
 ) -> ContainerEdits:
-    """The edits of one container given ``devices`` of one engine."""
+    """The edits of one container given ``devices`` of one engine.
+
+    ``queues`` (DRA, a shared device: PCI address -> the queues the claim holds) adds
+    ``KAE_<ENGINE>_QUEUES`` (one count per device, in ``_DEVICES`` order) and sizes UADK's
+    ``WD_*_CTX_NUM`` to them; those are set whatever ``uadk_numa_hint`` says, being the only
+    way the share reaches UADK.
+    """
     engine = ENGINES_BY_NAME[engine_name]
     nodes: list[DeviceNode] = []
     mounts: list[BindMount] = []
@@ -124,7 +133,12 @@ def container_edits(
         (f"{engine.env_prefix}_DEVICES", ",".join(d.name for d in devices)),
         (f"{engine.env_prefix}_PCI_ADDRESSES", ",".join(d.pci_address for d in devices)),
     ]
-    if options.uadk_numa_hint:
+    shared = queues is not None and all(d.pci_address in queues for d in devices)
+    if shared and queues is not None:
+        counts = ",".join(str(queues[d.pci_address]) for d in devices)
+        env.append((f"{engine.env_prefix}_QUEUES", counts))
+        env += sorted(uadk_numa_env(devices, queues).items())
+    elif options.uadk_numa_hint:
         env += sorted(uadk_numa_env(devices).items())
     if options.openssl_engines:
         env.append(("OPENSSL_ENGINES", options.openssl_engines))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kae_deviceplugin.core.model import UacceDevice
 
@@ -26,15 +26,30 @@ UADK_CTX_CLASSES: tuple[tuple[str, frozenset[str], tuple[str, ...]], ...] = (
 )
 
 
-def uadk_numa_env(devices: Sequence[UacceDevice]) -> dict[str, str]:
-    """WD_<CLASS>_CTX_NUM: one context per part on each NUMA node of the devices serving a class.
+def uadk_numa_env(
+    devices: Sequence[UacceDevice], queues: Mapping[str, int] | None = None
+) -> dict[str, str]:
+    """WD_<CLASS>_CTX_NUM: contexts per part on each NUMA node of the devices serving a class.
 
-    Only classes that some allocated device lists in its ``algorithms`` get a variable.
+    Only classes that some allocated device lists in its ``algorithms`` get a variable. Without
+    ``queues`` each part gets one context. With ``queues`` (PCI address -> the hardware queues
+    the container holds on that device: a share of a shared device) a node's parts split its
+    devices' queues evenly, each UADK context taking one queue, and each at least one, since a
+    part of 0 is malformed to UADK: a share smaller than the class's parts (4 for COMP, 2 for the
+    rest) gets one context per part all the same. Every class of the engine gets the whole
+    share: a process normally initialises one class, and one that initialises several opens
+    contexts for each.
     """
     env: dict[str, str] = {}
     for name, algorithms, parts in UADK_CTX_CLASSES:
         serving = [d for d in devices if algorithms.intersection(d.algorithms)]
         nodes = sorted({d.numa_node for d in serving if d.numa_node is not None})
-        if nodes:
-            env[f"WD_{name}_CTX_NUM"] = ",".join(f"{p}:1@{n}" for n in nodes for p in parts)
+        if not nodes:
+            continue
+        counts = dict.fromkeys(nodes, 1)
+        if queues is not None:
+            for node in nodes:
+                held = sum(queues.get(d.pci_address, 0) for d in serving if d.numa_node == node)
+                counts[node] = max(1, held // len(parts))
+        env[f"WD_{name}_CTX_NUM"] = ",".join(f"{p}:{counts[n]}@{n}" for n in nodes for p in parts)
     return env

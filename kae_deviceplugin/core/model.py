@@ -81,3 +81,13 @@ class Inventory:
     @property
     def resources(self) -> frozenset[str]:
         return frozenset(device.resource for device in self.devices)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueShare:
+    """A shared device's queues (DRA consumable capacity): its hardware total and how many the
+    prepared claims took. The kernel does not enforce the split; the metrics set the queues in
+    use against ``claimed``."""
+
+    total: int
+    claimed: int

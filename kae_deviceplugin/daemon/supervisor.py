@@ -15,7 +15,7 @@ from collections.abc import Callable, Coroutine, Mapping, Set
 from typing import Any, Generic, Protocol, TypeVar
 
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.core.model import Inventory, QueueShare
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.daemon.roots import signal_handlers, supervise
@@ -40,6 +40,7 @@ class FrontEnd(Protocol):
     def describe(self) -> str: ...
     def root_tasks(self) -> list[Coroutine[Any, Any, None]]: ...
     def not_ready(self) -> list[str]: ...
+    def shared_queues(self) -> Mapping[str, QueueShare] | None: ...
     async def shutdown(self) -> None: ...
 
 
@@ -110,6 +111,10 @@ class Daemon(Generic[F]):
 
     def not_ready(self) -> list[str]:
         return self.front.not_ready()
+
+    def shared_queues(self) -> Mapping[str, QueueShare] | None:
+        """Shared devices' queues by PCI address (DRA), None where nothing is shared."""
+        return self.front.shared_queues()
 
     def ready(self) -> bool:
         return not self.not_ready()

@@ -94,6 +94,10 @@ class DevicePluginFrontEnd:
         ]
         return [f"{r} not registered or not streaming" for r in waiting]
 
+    def shared_queues(self) -> None:
+        """Devices are never shared by queues in this mode: no queue metrics."""
+        return None
+
     async def reconcile(self, inventory: Inventory, settings: Settings) -> None:
         """Bring servers and their published views in line with the inventory and settings."""
         async with self.server_set.lock:  # never interleave with a restart

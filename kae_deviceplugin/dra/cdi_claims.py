@@ -4,11 +4,13 @@ The kubelet hands a container the CDI IDs of the devices of the claim requests i
 so the spec has two kinds of entries, both named after the claim UID (a name defined in two
 specs is a conflict the runtime resolves by dropping both, and two claims may share a device):
 
-* ``<uid>-<device>``: the device's own edits (``container.edits.device_edits``): its /dev node
-  and its PCI function for the sysfs view;
+* ``<uid>-<device>`` (``<uid>-<device>-<share ID>`` for a share of a shared device, so two
+  shares of one device in one claim never define one name twice): the device's own edits
+  (``container.edits.device_edits``): its /dev node and its PCI function for the sysfs view;
 * ``<uid>_<request>``: per request, what Allocate gives the same devices in device-plugin mode
   beyond them: the node-wide /sys/class/uacce view mount and the ``KAE_<ENGINE>_*``, ``WD_*``
-  and ``OPENSSL_ENGINES`` variables. Its ID goes with the request's first device only, so each
+  and ``OPENSSL_ENGINES`` variables; for shares, ``KAE_<ENGINE>_QUEUES`` and ``WD_*_CTX_NUM``
+  sized to the queues consumed. Its ID goes with the request's first device only, so each
   container gets it once. (A container using two requests of one engine gets the
   ``KAE_<ENGINE>_*`` variables of only one of them; its device nodes and view are complete.)
 
@@ -25,10 +27,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from kae_deviceplugin.container import cdi, safe_fs
-from kae_deviceplugin.container.edits import ContainerOptions, container_edits, device_edits
+from kae_deviceplugin.container.edits import (
+    ContainerEdits,
+    ContainerOptions,
+    container_edits,
+    device_edits,
+)
 from kae_deviceplugin.core.model import UacceDevice
 from kae_deviceplugin.dra.checkpoint import PreparedDevice
 
@@ -61,15 +67,17 @@ def uid_of_spec_file(name: str) -> str | None:
     return None if match is None else match.group(1)
 
 
-def _device_entry_name(uid: str, device: str) -> str:
-    return f"{uid}-{device}"
+def _device_entry_name(uid: str, result: PreparedDevice) -> str:
+    # A share ID tells apart two shares of one device in one claim (two requests, one device).
+    share = f"-{result.share_id}" if result.share_id else ""
+    return f"{uid}-{result.device}{share}"
 
 
 def _request_entry_name(uid: str, request: str) -> str:
     return f"{uid}_{request.replace('/', '_')}"  # a subrequest is <request>/<subrequest>
 
 
-def _request_entry(name: str, edits: Sequence[Any]) -> dict[str, object]:
+def _request_entry(name: str, edits: Sequence[ContainerEdits]) -> dict[str, object]:
     env: dict[str, str] = {}
     mounts: dict[str, object] = {}
     for edit in edits:
@@ -87,6 +95,25 @@ def _request_entry(name: str, edits: Sequence[Any]) -> dict[str, object]:
     return {"name": name, "containerEdits": rendered}
 
 
+def _request_edits(
+    results: Sequence[PreparedDevice],
+    devices: Mapping[str, UacceDevice],
+    options: ContainerOptions,
+) -> list[ContainerEdits]:
+    """One request's edits per engine; the queues of its shares, by PCI address, size them."""
+    engines: dict[str, dict[str, UacceDevice]] = {}
+    queues: dict[str, int] = {}
+    for r in results:
+        device = devices[r.device]
+        engines.setdefault(device.engine, {})[device.pci_address] = device
+        if r.queues is not None:
+            queues[device.pci_address] = queues.get(device.pci_address, 0) + r.queues
+    return [
+        container_edits(engine, list(found.values()), options, queues or None)
+        for engine, found in engines.items()
+    ]
+
+
 def claim_spec(
     uid: str,
     results: Sequence[PreparedDevice],
@@ -101,15 +128,11 @@ def claim_spec(
     answers: list[ClaimDevice] = []
     for request in dict.fromkeys(r.request for r in results):
         mine = [r for r in results if r.request == request]
-        engines: dict[str, list[UacceDevice]] = {}
-        for r in mine:
-            engines.setdefault(devices[r.device].engine, []).append(devices[r.device])
-        edits = [container_edits(e, found, shared) for e, found in engines.items()]
         request_name = _request_entry_name(uid, request)
-        entries.append(_request_entry(request_name, edits))
+        entries.append(_request_entry(request_name, _request_edits(mine, devices, shared)))
         for index, r in enumerate(mine):
             entry = cdi.device_entry(devices[r.device], device_edits(devices[r.device], options))
-            entry["name"] = _device_entry_name(uid, r.device)
+            entry["name"] = _device_entry_name(uid, r)
             entries.append(entry)
             ids = (f"{cdi.KIND}={entry['name']}",)
             answers.append(

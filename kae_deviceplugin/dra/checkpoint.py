@@ -4,10 +4,14 @@ The kubelet may ask to unprepare a claim after the claim is gone from the API se
 this daemon restarted, so what Unprepare needs (the claim's CDI spec file) is written here
 before NodePrepareResources answers. The file::
 
-    {"version": 1, "checksum": "<sha256 of the claims>",
+    {"version": 2, "checksum": "<sha256 of the claims>",
      "claims": {"<uid>": {"namespace": "...", "name": "...", "cdiSpec": "<file in the CDI dir>",
                           "devices": [{"request": "...", "pool": "...", "device": "...",
-                                       "shareID": null}]}}}
+                                       "shareID": null, "queues": null}]}}}
+
+Version 2 added ``queues`` (what a share of a shared device consumed, for the queues-claimed
+metric). A version 1 file is read as version 2 with no queues (no device was shared then) and is
+written as version 2 at the next change.
 
 It is replaced by a temporary file that is fsynced, renamed over the old one and followed by an
 fsync of the directory (so the rename itself survives a power cut); a crash at any point leaves
@@ -31,7 +35,7 @@ from typing import Any
 from kae_deviceplugin.container import safe_fs
 from kae_deviceplugin.errors import CheckpointCorrupt, CheckpointTooNew
 
-VERSION = 1
+VERSION = 2  # 1 had no queues: still read (as no queues), written as 2 at the next change
 FILE_NAME = "checkpoint.json"
 FILE_MODE = 0o600  # claim names are not for every local user
 
@@ -44,6 +48,7 @@ class PreparedDevice:
     pool: str
     device: str
     share_id: str | None = None
+    queues: int | None = None  # consumed of a shared device's queues; None: not shared
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,16 @@ class Checkpoint:
         return Checkpoint({k: v for k, v in self.claims.items() if k != uid})
 
 
+def claimed_queues(checkpoint: Checkpoint) -> dict[str, int]:
+    """Device name -> the queues all prepared claims consumed of it (shared devices only)."""
+    claimed: dict[str, int] = {}
+    for claim in checkpoint.claims.values():
+        for device in claim.devices:
+            if device.queues is not None:
+                claimed[device.device] = claimed.get(device.device, 0) + device.queues
+    return claimed
+
+
 def _claims_json(checkpoint: Checkpoint) -> dict[str, Any]:
     return {
         uid: {
@@ -77,7 +92,13 @@ def _claims_json(checkpoint: Checkpoint) -> dict[str, Any]:
             "name": c.name,
             "cdiSpec": c.cdi_spec,
             "devices": [
-                {"request": d.request, "pool": d.pool, "device": d.device, "shareID": d.share_id}
+                {
+                    "request": d.request,
+                    "pool": d.pool,
+                    "device": d.device,
+                    "shareID": d.share_id,
+                    "queues": d.queues,
+                }
                 for d in c.devices
             ],
         }
@@ -135,6 +156,12 @@ def _text(value: object, optional: bool = False) -> Any:
     raise TypeError(f"expected a string, got {type(value).__name__}")
 
 
+def _count(value: object) -> int | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    raise TypeError(f"expected a count or null, got {value!r}"[:80])
+
+
 def _claim(uid: str, raw: object) -> PreparedClaim:
     claim = _object(raw)
     devices = claim["devices"]
@@ -151,6 +178,7 @@ def _claim(uid: str, raw: object) -> PreparedClaim:
                 pool=_text(d["pool"]),
                 device=_text(d["device"]),
                 share_id=_text(d.get("shareID"), optional=True),
+                queues=_count(d.get("queues")),
             )
             for d in map(_object, devices)
         ),

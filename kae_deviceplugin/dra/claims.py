@@ -6,6 +6,7 @@ re-created under the same name since the kubelet looked (its pod is not the one 
 claim without an allocation was never scheduled or was deallocated: both are refused. Results
 of other drivers are not ours; a result of ours from another pool means this daemon's node name
 is not the node the claim was allocated on, which is refused rather than prepared as nothing.
+A result on a shared device carries its ``shareID`` and the ``queues`` it consumed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 from kae_deviceplugin.dra.api import DRIVER
 from kae_deviceplugin.dra.checkpoint import PreparedDevice
+from kae_deviceplugin.dra.quantity import parse_whole_quantity
+from kae_deviceplugin.dra.slice_devices import QUEUES
 from kae_deviceplugin.errors import ClaimRefused
 
 
@@ -77,6 +80,23 @@ def allocated_devices(
                 pool=pool,
                 device=_text(result, "device", ref),
                 share_id=share if isinstance(share, str) and share else None,
+                queues=_consumed_queues(result, ref),
             )
         )
     return tuple(devices)
+
+
+def _consumed_queues(result: Mapping[str, Any], ref: ClaimRef) -> int | None:
+    """The queues a share of a shared device took (``consumedCapacity``); None when unshared."""
+    consumed = result.get("consumedCapacity")
+    if consumed is None:
+        return None
+    if not isinstance(consumed, Mapping):
+        raise ClaimRefused(f"claim {ref}: consumedCapacity is not a map")
+    text = consumed.get(QUEUES, consumed.get(f"{DRIVER}/{QUEUES}"))
+    if text is None:
+        return None
+    try:
+        return parse_whole_quantity(text)
+    except ValueError as err:
+        raise ClaimRefused(f"claim {ref}: consumed queues: {err}") from None

@@ -26,7 +26,7 @@ from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.core.broadcast import LatestValue
-from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.core.model import Inventory, QueueShare
 from kae_deviceplugin.core.views import ResourceView, build_views
 from kae_deviceplugin.discovery.queues import QueueTotals
 from kae_deviceplugin.dra.api import (
@@ -36,11 +36,12 @@ from kae_deviceplugin.dra.api import (
     PLUGIN_TYPE,
     plugin_dir,
 )
-from kae_deviceplugin.dra.checkpoint import CheckpointFile
+from kae_deviceplugin.dra.checkpoint import CheckpointFile, claimed_queues
 from kae_deviceplugin.dra.health import add_health_servicers
 from kae_deviceplugin.dra.plugin import add_plugin_servicers
 from kae_deviceplugin.dra.prepare import ClaimPreparer
 from kae_deviceplugin.dra.publisher import SlicePublisher
+from kae_deviceplugin.dra.slice_devices import DeviceOptions, device_name
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.kubelet.pluginwatcher import (
     RegistrationServicer,
@@ -52,6 +53,16 @@ from kae_deviceplugin.kubelet.sockets import bind_privately, prepare_socket_dir,
 log = logging.getLogger(__name__)
 
 STOP_GRACE = 0.5
+
+
+def device_options(settings: Settings) -> DeviceOptions:
+    """What the slices publish beyond the description: taints on unhealthy devices unless
+    ``omit``, and consumable queues for the shared engines."""
+    effect = settings.unhealthy_taint_effect
+    return DeviceOptions(
+        taint_effect=None if effect == "omit" else effect,
+        shared_engines=settings.shared_engines,
+    )
 
 
 def socket_names(pod_uid: str | None) -> tuple[str, str]:
@@ -81,6 +92,7 @@ class DraFrontEnd:
         self.registration_socket = registry_dir(settings.kubelet_root) / reg_name
         self.service_socket = self.plugin_dir / service_name
         self.queues = QueueTotals(settings.sysfs_root)
+        self.queue_totals: Mapping[str, int] = {}  # of the last slices built, by PCI address
         self.node_uid = ""
         self.publisher = SlicePublisher(api, DRIVER, node, self._slices)
         self.preparer = ClaimPreparer(
@@ -100,13 +112,27 @@ class DraFrontEnd:
         return await self.api.get(RESOURCE_CLAIMS, name, namespace)
 
     def _slices(self, inventory: Inventory, generation: int) -> list[JsonObject]:
+        self.queue_totals = self.queues.update(inventory)
         plan = build_slices(
             inventory,
             NodeRef(self.node, self.node_uid),
             generation=generation,
-            queues=self.queues.update(inventory),
+            queues=self.queue_totals,
+            options=device_options(self.settings),
         )
         return list(plan.slices)
+
+    def shared_queues(self) -> dict[str, QueueShare] | None:
+        """Each shared device's queue total and the queues prepared claims consumed of it."""
+        shared = self.settings.shared_engines
+        if not shared:
+            return None
+        claimed = claimed_queues(self.preparer.state)
+        return {
+            d.pci_address: QueueShare(total, claimed.get(device_name(d), 0))
+            for d in self.inventory
+            if d.engine in shared and (total := self.queue_totals.get(d.pci_address)) is not None
+        }
 
     def prepare(self) -> None:
         """Create the plugin and registry directories, or refuse in one line."""

@@ -1,13 +1,16 @@
 """Keeps the node's ResourceSlices in the API equal to what the inventory says, and no more.
 
 One reconcile compares the slices the API holds (listed by ``spec.driver`` and ``spec.nodeName``)
-with the ones the current inventory makes: nothing is written when they agree, so a driver at
-rest costs the API server nothing; otherwise the pool's generation goes up by one and only the
-slices that differ are created, replaced or deleted. A watch on the same selector wakes the loop
-when someone else changes or deletes a slice (the kubelet wipes a node's slices at its start and
-30 s after losing the driver), and the next reconcile writes them back. What the API server
-returns is compared with what was written: a field it drops silently (its feature gate off) is
-logged as an error once, not re-written forever.
+with the ones the current inventory makes: exactly with what this publisher last wrote while the
+server still holds that version, else field by field both ways (the server's copy may add only
+the taints' ``timeAdded``: a lifted taint is a removal). Nothing is written when they agree,
+so a driver at rest costs the API server nothing; otherwise the pool's generation goes up by one
+and only the slices that differ are created, replaced or deleted, each standing taint keeping
+the ``timeAdded`` the server gave it. A watch on the same selector wakes the loop when someone
+else changes or deletes a slice (the kubelet wipes a node's slices at its start and 30 s after
+losing the driver), and the next reconcile writes them back. What the API server returns is
+compared with what was written: a field it drops silently (its feature gate off) is logged as an
+error once, not re-written forever.
 """
 
 from __future__ import annotations
@@ -61,6 +64,44 @@ def _content(slice_: Mapping[str, Any]) -> JsonObject:
     return {"spec": spec, "owners": slice_["metadata"].get("ownerReferences")}
 
 
+def keep_taint_times(body: JsonObject, old: Mapping[str, Any]) -> JsonObject:
+    """``body`` with the ``timeAdded`` the server stamped on each taint ``old`` already had
+    (same device, key, value and effect). The server stamps a taint written without one, so
+    re-sending a slice for another device's change would otherwise restart the clock of every
+    standing taint, and with it a NoExecute toleration's ``tolerationSeconds``."""
+    times = {
+        (device.get("name"), t.get("key"), t.get("value"), t.get("effect")): t["timeAdded"]
+        for device in old.get("spec", {}).get("devices", [])
+        for t in device.get("taints", [])
+        if "timeAdded" in t
+    }
+    if not times:
+        return body
+    devices = []
+    for device in body["spec"]["devices"]:
+        taints = [
+            {**t, "timeAdded": times[key]} if (key := _taint_key(device, t)) in times else t
+            for t in device.get("taints", [])
+        ]
+        devices.append({**device, "taints": taints} if taints else device)
+    return {**body, "spec": {**body["spec"], "devices": devices}}
+
+
+def _taint_key(device: Mapping[str, Any], taint: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (device.get("name"), taint.get("key"), taint.get("value"), taint.get("effect"))
+
+
+def _without_taint_times(content: JsonObject) -> JsonObject:
+    """A slice's content without the ``timeAdded`` the server stamps on each taint."""
+    devices = [
+        {**d, "taints": [{k: v for k, v in t.items() if k != "timeAdded"} for t in d["taints"]]}
+        if d.get("taints")
+        else d
+        for d in content["spec"].get("devices", [])
+    ]
+    return {**content, "spec": {**content["spec"], "devices": devices}}
+
+
 class SlicePublisher:
     """Reconciles one node's pool of ResourceSlices with the inventory it is given."""
 
@@ -71,6 +112,10 @@ class SlicePublisher:
         self.generation = 0  # the pool generation last written or found
         self.writes = 0  # API writes made, for the benchmark and the tests
         self._reported: set[str] = set()  # dropped fields already logged
+        # Per slice we wrote: the resourceVersion the server gave it and what we wrote. While
+        # the server still holds that version, "agrees" is an exact comparison with it, so a
+        # removal (a lifted taint) is a change though the server's copy holds more than we sent.
+        self._written: dict[str, tuple[str, JsonObject]] = {}
         self.wake = asyncio.Event()
 
     async def reconcile(self, inventory: Inventory) -> int:
@@ -96,8 +141,12 @@ class SlicePublisher:
                     **body["metadata"],
                     "resourceVersion": old["metadata"]["resourceVersion"],
                 }
-                read = await self.api.replace(RESOURCE_SLICES, {**body, "metadata": metadata})
+                sent = keep_taint_times({**body, "metadata": metadata}, old)
+                read = await self.api.replace(RESOURCE_SLICES, sent)
             self._check(body, read)
+            version = read.get("metadata", {}).get("resourceVersion")
+            if version is not None:
+                self._written[name] = (str(version), _content(body))
             writes += 1
         for name in existing:  # left over from a larger pool
             await self.api.delete(RESOURCE_SLICES, name)
@@ -110,11 +159,22 @@ class SlicePublisher:
     def _agrees(self, existing: Mapping[str, JsonObject], wanted: Sequence[JsonObject]) -> bool:
         if set(existing) != {body["metadata"]["name"] for body in wanted}:
             return False
-        # A field the server does not keep (reported once) is no reason to write again.
+        return all(self._same(body, existing[body["metadata"]["name"]]) for body in wanted)
+
+    def _same(self, body: JsonObject, stored: JsonObject) -> bool:
+        written = self._written.get(body["metadata"]["name"])
+        if written is not None and written[0] == stored["metadata"].get("resourceVersion"):
+            return written[1] == _content(body)
+        # Found, not ours (a restart, or someone else wrote it): what we would write must be
+        # there (a field the server does not keep, reported once, is no reason to write again),
+        # and nothing more but the taints' timeAdded: a lifted taint, or sharing turned off
+        # across a restart, is a removal. A default the server adds costs one write after a
+        # restart, after which the exact comparison above takes over.
+        if dropped_fields(_without_taint_times(_content(stored)), _content(body)):
+            return False
         return all(
             field_of(path) in self._reported
-            for body in wanted
-            for path in dropped_fields(_content(body), _content(existing[body["metadata"]["name"]]))
+            for path in dropped_fields(_content(body), _content(stored))
         )
 
     def _check(self, written: JsonObject, read: JsonObject) -> None:

@@ -32,6 +32,7 @@ from typing import Any, Literal
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.model import Function, UacceDevice
 from kae_deviceplugin.dra.api import DRIVER
+from kae_deviceplugin.dra.quantity import format_quantity
 
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_VALUE_LENGTH = 64
@@ -43,6 +44,7 @@ PCIE_ROOT = STANDARD_PREFIX + "pcieRoot"
 NUMA_NODE = STANDARD_PREFIX + "numaNode"
 QUEUES = "queues"
 UNHEALTHY_TAINT_KEY = f"{DRIVER}/unhealthy"
+MIN_SHARED_QUEUES = 2
 
 TaintEffect = Literal["NoSchedule", "NoExecute", "None"]
 TAINT_EFFECTS: tuple[TaintEffect, ...] = ("NoSchedule", "NoExecute", "None")
@@ -106,6 +108,12 @@ def pcie_root(pci_path: str) -> str | None:
         if parts[index - 1] == "devices" and _PCIE_ROOT.fullmatch(parts[index]):
             return parts[index]
     return None
+
+
+def queues_policy(total: int) -> dict[str, Any]:
+    """How claims take a shared device's queues: 1 unless they say, any whole number up to the
+    total (resource.k8s.io/v1 CapacityRequestPolicy, quantities as strings)."""
+    return {"default": "1", "validRange": {"min": "1", "max": format_quantity(total), "step": "1"}}
 
 
 def unhealthy_taint(device: UacceDevice, effect: TaintEffect) -> dict[str, str]:
@@ -172,19 +180,21 @@ def render_device(
     attributes = _described(device, notes)
     capacity: dict[str, dict[str, Any]] = {}
     shared = device.engine in options.shared_engines
+    if shared and (queues is None or queues < MIN_SHARED_QUEUES):
+        # The API wants min + step <= the capacity; a device of one queue has nothing to split.
+        known = "unknown" if queues is None else f"{queues}, fewer than {MIN_SHARED_QUEUES}"
+        notes.append(f"queue total {known}: not shared")
+        shared = False
     if queues is not None:
-        capacity[QUEUES] = {"value": str(queues)}
+        capacity[QUEUES] = {"value": format_quantity(queues)}
         if shared:
-            policy = {"default": "1", "validRange": {"min": "1", "step": "1"}}
-            capacity[QUEUES]["requestPolicy"] = policy
-    elif shared:
-        notes.append("queue total unknown: not shared")
+            capacity[QUEUES]["requestPolicy"] = queues_policy(queues)
     room = MAX_ATTRIBUTES_AND_CAPACITIES - len(attributes) - len(capacity)
     attributes.update(_algorithms(device, room, notes))
     entry: dict[str, Any] = {"name": device_name(device), "attributes": attributes}
     if capacity:
         entry["capacity"] = capacity
-    if shared and queues is not None:
+    if shared:
         entry["allowMultipleAllocations"] = True
     if options.taint_effect is not None and not device.healthy:
         entry["taints"] = [unhealthy_taint(device, options.taint_effect)]

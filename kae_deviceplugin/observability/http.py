@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.core.model import Inventory, QueueShare
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.kubelet.podresources import (
@@ -107,6 +107,7 @@ class Observed(Protocol):
     def counters(self) -> Counters: ...
     def alive(self) -> bool: ...
     def not_ready(self) -> list[str]: ...
+    def shared_queues(self) -> Mapping[str, QueueShare] | None: ...
 
 
 def on_loop(loop: asyncio.AbstractEventLoop, func: Callable[[], T], timeout: float) -> T:
@@ -181,7 +182,11 @@ def daemon_routes(
     async def snapshot() -> Snapshot:
         holder = await source.fresh()  # asks the kubelet, unless an answer is a second old
         return Snapshot(
-            daemon.inventory, daemon.views, frozenset(daemon.registered), holder.current
+            daemon.inventory,
+            daemon.views,
+            frozenset(daemon.registered),
+            holder.current,
+            daemon.shared_queues(),
         )
 
     async def held() -> tuple[Allocations | None, str | None]:

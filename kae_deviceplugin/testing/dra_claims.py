@@ -26,6 +26,7 @@ class Result:
     pool: str
     driver: str = DRIVER
     share_id: str | None = None
+    consumed_queues: str | None = None  # consumedCapacity.queues, as the API writes a quantity
 
 
 def claim_object(
@@ -60,6 +61,8 @@ def _result(result: Result) -> dict[str, Any]:
     }
     if result.share_id is not None:
         rendered["shareID"] = result.share_id
+    if result.consumed_queues is not None:
+        rendered["consumedCapacity"] = {"queues": result.consumed_queues}
     return rendered
 
 

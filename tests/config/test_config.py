@@ -159,6 +159,13 @@ VALID: list[tuple[str, str, object]] = [
     ("paths: {nfdFeaturesFile: null}", "nfd_features_file", None),
     ('paths: {nfdFeaturesFile: ""}', "nfd_features_file", None),
     ("paths: {devicePluginDir: /dp}", "device_plugin_dir", Path("/dp")),
+    ("dra: {unhealthyTaintEffect: noexecute}", "unhealthy_taint_effect", "NoExecute"),
+    ("dra: {unhealthyTaintEffect: None}", "unhealthy_taint_effect", "None"),
+    ("dra: {unhealthyTaintEffect: omit}", "unhealthy_taint_effect", "omit"),
+    ("dra: {sharedEngines: [zip, SEC]}", "shared_engines", frozenset({"zip", "sec"})),
+    ('dra: {sharedEngines: "zip, hpre"}', "shared_engines", frozenset({"zip", "hpre"})),
+    ('dra: {sharedEngines: ""}', "shared_engines", frozenset()),
+    ("dra: {sharedEngines: []}", "shared_engines", frozenset()),
 ]
 
 
@@ -251,6 +258,10 @@ INVALID: list[tuple[str, str, str]] = [
     ("engines: {hpre: null}", "engines.hpre", "must be a mapping (got None)"),
     ("engines: {1: {}}", "engines.1", "keys must be strings"),
     ("env: {uadkNumaHint: 2}", "env.uadkNumaHint", "must be true or false"),
+    ("dra: {unhealthyTaintEffect: evict}", "dra.unhealthyTaintEffect", "must be one of"),
+    ("dra: {unhealthyTaintEffect: NoSchedul}", "dra.unhealthyTaintEffect", "'NoSchedule'?"),
+    ("dra: {sharedEngines: [zip, qat]}", "dra.sharedEngines", "'qat' is not an engine"),
+    ("dra: {sharedEngines: 3}", "dra.sharedEngines", "must be a list of engine names"),
     ("env: {opensslEngines: lib/engines}", "env.opensslEngines", "absolute path"),
     ("env: {opensslEngine: /x}", "env.opensslEngine", "did you mean 'opensslEngines'?"),
     ("scan_interval: 1s", "scan_interval", "unknown key; did you mean 'scanInterval'?"),

@@ -141,3 +141,17 @@ def test_env_settings_have_flags_too() -> None:
     """--uadk-numa-hint and --openssl-engines set the container env settings."""
     out = settings_from(["--uadk-numa-hint", "yes", "--openssl-engines", "/opt/engines"])
     assert "EnvSettings(uadk_numa_hint=True, openssl_engines='/opt/engines')" in out
+
+
+def test_dra_taint_and_sharing_settings_have_flags_and_variables() -> None:
+    """--unhealthy-taint-effect takes the API's effect in any case; KAE_DP_SHARED_ENGINES takes
+    a comma list, and an unknown engine is refused naming the variable with a suggestion."""
+    out = settings_from(["--unhealthy-taint-effect", "noexecute"])
+    assert "unhealthy_taint_effect='NoExecute'" in out
+    default = settings_from([])
+    assert "unhealthy_taint_effect='NoSchedule'" in default
+    assert "shared_engines=frozenset()" in default
+    shared = settings_from([], {"KAE_DP_SHARED_ENGINES": "zip,sec"})
+    assert "shared_engines=frozenset({" in shared and "'zip'" in shared and "'sec'" in shared
+    bad = settings_from(["--shared-engines", "zipp"])
+    assert "--shared-engines" in bad and "did you mean 'zip'" in bad

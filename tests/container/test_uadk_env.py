@@ -63,3 +63,33 @@ def test_no_variable_without_a_known_numa_node(tmp_path: Path) -> None:
     """A device whose NUMA node is unknown gives UADK no node to name: no variable at all."""
     zip_pf = kunpeng_pf("hisi_zip", 0, 4, attrs={"node_id": "-1"}, pci_attrs={"numa_node": "-1"})
     assert uadk_numa_env(devices(tmp_path, [zip_pf])) == {}
+
+
+def counts_by_part(value: str) -> dict[tuple[str, int], int]:
+    """(part, NUMA node) -> contexts, from a CTX_NUM value."""
+    found = {}
+    for part in value.split(","):
+        match = PART.match(part)
+        assert match is not None, f"malformed part {part!r} in {value!r}"
+        found[(match.group(1), int(match.group(3)))] = int(match.group(2))
+    return found
+
+
+def test_a_share_of_queues_is_split_over_the_parts(tmp_path: Path) -> None:
+    """8 queues of a ZIP give each of COMP's four parts 2 contexts (one queue each); 9 still
+    2 (never more than held); 3, fewer than the parts, one each (a part of 0 is malformed)."""
+    [zip_pf] = devices(tmp_path, [kunpeng_pf("hisi_zip", 1, 5)])
+    for held, each in ((8, 2), (9, 2), (3, 1), (64, 16)):
+        env = uadk_numa_env([zip_pf], {zip_pf.pci_address: held})
+        assert counts_by_part(env["WD_COMP_CTX_NUM"]) == {(p, 2): each for p in COMP_PARTS}
+
+
+def test_two_shared_devices_of_one_node_add_up(tmp_path: Path) -> None:
+    """Two HPREs of NUMA node 0 holding 4 and 6 queues: RSA's two parts get 5 each on node 0;
+    a device the share map does not name counts as holding none."""
+    found = devices(tmp_path, [kunpeng_pf("hisi_hpre", 0, 2), kunpeng_pf("hisi_hpre", 0, 3, 1)])
+    shares = {found[0].pci_address: 4, found[1].pci_address: 6}
+    env = uadk_numa_env(found, shares)
+    assert counts_by_part(env["WD_RSA_CTX_NUM"]) == {("sync", 0): 5, ("async", 0): 5}
+    alone = uadk_numa_env(found, {found[0].pci_address: 4})
+    assert counts_by_part(alone["WD_RSA_CTX_NUM"]) == {("sync", 0): 2, ("async", 0): 2}

@@ -143,6 +143,9 @@ class RecordingFrontEnd:
     def not_ready(self) -> list[str]:
         return self.missing
 
+    def shared_queues(self) -> None:
+        return None
+
     async def reconcile(self, inventory: Inventory, settings: Settings) -> None:
         self.reconciled.append(inventory)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kae_deviceplugin.dra import checkpoint
 from kae_deviceplugin.dra.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -31,7 +32,13 @@ def _claim(uid: str, devices: int = 1) -> PreparedClaim:
         namespace="team-a",
         name=f"claim-{uid}",
         devices=tuple(
-            PreparedDevice("hpre", "worker-1", f"hpre-0000-79-00-{k}", None if k else "share-0")
+            PreparedDevice(
+                "hpre",
+                "worker-1",
+                f"hpre-0000-79-00-{k}",
+                None if k else "share-0",
+                None if k else 8,
+            )
             for k in range(devices)
         ),
         cdi_spec=f"kae.openfuyao.com-{uid}.json",
@@ -46,13 +53,15 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
     assert store.load() == saved
     assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
     document = json.loads(store.path.read_text())
-    assert document["version"] == 1
+    assert document["version"] == 2
     assert document["claims"]["u1"]["devices"][0] == {
         "request": "hpre",
         "pool": "worker-1",
         "device": "hpre-0000-79-00-0",
         "shareID": "share-0",
+        "queues": 8,
     }
+    assert document["claims"]["u1"]["devices"][1]["queues"] is None
     assert store.load().without_claim("u1") == Checkpoint().with_claim(_claim("u2"))
 
 
@@ -73,7 +82,7 @@ def _reshaped(data: bytes) -> bytes:
 
     claims = {"u1": {"namespace": "n", "name": 3, "cdiSpec": "s", "devices": []}}
     return json.dumps(
-        {"version": 1, "checksum": checkpoint._checksum(claims), "claims": claims}
+        {"version": 2, "checksum": checkpoint._checksum(claims), "claims": claims}
     ).encode()
 
 
@@ -83,8 +92,9 @@ def _reshaped(data: bytes) -> bytes:
         (lambda data: b"\xff\xfe garbage", "not JSON"),
         (lambda data: data[: len(data) // 2], "not JSON"),
         (lambda data: b"[]", "not a JSON object"),
-        (lambda data: data.replace(b'"version": 1', b'"version": "1"'), "no valid version"),
-        (lambda data: data.replace(b'"version": 1', b'"version": true'), "no valid version"),
+        (lambda data: data.replace(b'"version": 2', b'"version": "2"'), "no valid version"),
+        (lambda data: data.replace(b'"version": 2', b'"version": true'), "no valid version"),
+        (lambda data: data.replace(b'"queues": 8', b'"queues": -8'), "checksum mismatch"),
         (_edited, "checksum mismatch"),
         (_reshaped, "unexpected content"),
     ],
@@ -105,10 +115,52 @@ def test_a_newer_version_is_refused_as_such(tmp_path: Path) -> None:
     """A file from a newer daemon is CheckpointTooNew, saying which version and what to do."""
     store = CheckpointFile(tmp_path)
     document = json.loads(encode(Checkpoint().with_claim(_claim("u1"))))
-    document["version"] = 2
+    document["version"] = 3
     store.path.write_text(json.dumps(document))
-    with pytest.raises(CheckpointTooNew, match="version 2 was written by a newer"):
+    with pytest.raises(CheckpointTooNew, match="version 3 was written by a newer"):
         store.load()
+
+
+def test_a_version_1_file_is_read_and_written_again_as_version_2(tmp_path: Path) -> None:
+    """The previous format (no queues) loads with no queues; the next save writes version 2
+    with the same claims, so an upgraded daemon keeps every claim the old one prepared."""
+    claims = {
+        "u1": {
+            "namespace": "team-a",
+            "name": "claim-u1",
+            "cdiSpec": "openfuyao.com-kae_u1.json",
+            "devices": [
+                {"request": "r", "pool": "p", "device": "zip-0000-75-00-0", "shareID": None}
+            ],
+        }
+    }
+    old = {"version": 1, "checksum": checkpoint._checksum(claims), "claims": claims}
+    store = CheckpointFile(tmp_path)
+    store.path.write_text(json.dumps(old))
+    loaded = store.load()
+    assert loaded.claims["u1"].devices == (PreparedDevice("r", "p", "zip-0000-75-00-0"),)
+    store.save(loaded.with_claim(_claim("u2")))
+    document = json.loads(store.path.read_text())
+    assert document["version"] == 2
+    assert document["claims"]["u1"]["devices"][0]["queues"] is None
+    assert store.load().claims["u1"] == loaded.claims["u1"]
+
+
+def test_a_queue_count_that_is_not_a_count_is_refused(tmp_path: Path) -> None:
+    """queues must be a whole number or null: anything else is a damaged file."""
+    for bad in (-1, "8", True, 1.5):
+        claims = {
+            "u1": {
+                "namespace": "n",
+                "name": "c",
+                "cdiSpec": "s",
+                "devices": [{"request": "r", "pool": "p", "device": "d", "queues": bad}],
+            }
+        }
+        document = {"version": 2, "checksum": checkpoint._checksum(claims), "claims": claims}
+        (tmp_path / "checkpoint.json").write_text(json.dumps(document))
+        with pytest.raises(CheckpointCorrupt, match="unexpected content"):
+            CheckpointFile(tmp_path).load()
 
 
 _WRITER = textwrap.dedent(

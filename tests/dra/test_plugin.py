@@ -30,8 +30,10 @@ def _kubelet_claim(node: Node, name: str, *results: Result) -> Claim:
 @pytest.mark.parametrize("service", ["v1.DRAPlugin", "v1beta1.DRAPlugin"])
 def test_prepare_and_unprepare_through_the_socket(node: Node, service: str) -> None:
     """Both versions: the kubelet gets every claim back (devices with CDI IDs, or the error),
-    and unprepare answers each claim; the share ID travels only in v1."""
-    good = _kubelet_claim(node, "good", Result("hpre", HPRE_0, POOL, share_id="s-1"))
+    and unprepare answers each claim; the share ID travels only in v1 (and names the CDI
+    device in both: the spec is the same whichever version asked)."""
+    share = "5a1c6f0e-3b7d-4c2a-9e8f-0123456789ab"
+    good = _kubelet_claim(node, "good", Result("hpre", HPRE_0, POOL, share_id=share))
     bad = _kubelet_claim(node, "bad", Result("sec", "sec-0000-00-00-0", POOL))
     socket = node.root / "dra.sock"
     latest = LatestValue(node.inventory)
@@ -45,8 +47,8 @@ def test_prepare_and_unprepare_through_the_socket(node: Node, service: str) -> N
             (device,) = answers[good.uid].devices
             assert answers[good.uid].error == ""
             assert (device.pool, device.device, device.request_names) == (POOL, HPRE_0, ("hpre",))
-            assert device.cdi_ids[0] == f"{KIND}={good.uid}-{HPRE_0}"
-            assert device.share_id == ("s-1" if service == "v1.DRAPlugin" else None)
+            assert device.cdi_ids[0] == f"{KIND}={good.uid}-{HPRE_0}-{share}"
+            assert device.share_id == (share if service == "v1.DRAPlugin" else None)
             assert "is not on this node" in answers[bad.uid].error
             assert await kubelet.unprepare([good, bad]) == {good.uid: "", bad.uid: ""}
 

@@ -17,7 +17,8 @@ from kae_deviceplugin.core.model import Health, Inventory
 from kae_deviceplugin.dra import publisher as publisher_module
 from kae_deviceplugin.dra.api import DRIVER
 from kae_deviceplugin.dra.publisher import SlicePublisher, dropped_fields
-from kae_deviceplugin.dra.slices import NodeRef, build_slices
+from kae_deviceplugin.dra.slice_devices import DeviceOptions
+from kae_deviceplugin.dra.slices import DEFAULT_OPTIONS, NodeRef, build_slices
 from kae_deviceplugin.errors import ApiError
 from tests.dra.inventories import fixture_inventory
 from tests.support.fake_apiserver import FakeApiServer
@@ -26,19 +27,28 @@ NODE = NodeRef("node-a", "6f1c1d2e-0000-4000-8000-000000000001")
 DEADLINE = 10.0
 
 
-def builder(queues: int = 256) -> Callable[[Inventory, int], Sequence[JsonObject]]:
+def builder(
+    queues: int = 256, options: DeviceOptions = DEFAULT_OPTIONS
+) -> Callable[[Inventory, int], Sequence[JsonObject]]:
     def build(inventory: Inventory, generation: int) -> Sequence[JsonObject]:
         totals = {d.pci_address: queues for d in inventory}
-        return build_slices(inventory, NODE, generation=generation, queues=totals).slices
+        plan = build_slices(inventory, NODE, generation=generation, queues=totals, options=options)
+        return plan.slices
 
     return build
 
 
-def unhealthy_first(inventory: Inventory) -> Inventory:
-    first = dataclasses.replace(
-        inventory.devices[0], health=Health.UNHEALTHY, reasons=("isolated",)
+def unhealthy_first(inventory: Inventory, index: int = 0) -> Inventory:
+    devices = list(inventory.devices)
+    devices[index] = dataclasses.replace(
+        devices[index], health=Health.UNHEALTHY, reasons=("isolated",)
     )
-    return Inventory((first, *inventory.devices[1:]))
+    return Inventory(tuple(devices))
+
+
+def taints(stored: JsonObject) -> dict[str, list[dict[str, str]]]:
+    """Device name -> its taints, for the devices that have any."""
+    return {d["name"]: d["taints"] for d in stored["spec"]["devices"] if d.get("taints")}
 
 
 async def until(condition: Callable[[], bool]) -> None:
@@ -188,3 +198,120 @@ def test_dropped_fields_names_only_what_was_written_and_lost() -> None:
     written = {"a": {"b": 1, "c": [{"d": 2}]}}
     assert dropped_fields(written, {"a": {"b": 1, "c": [{"d": 2, "e": 3}]}, "z": 0}) == []
     assert dropped_fields(written, {"a": {"c": [{"d": 3}]}}) == [".a.b", ".a.c[0].d"]
+
+
+def test_a_health_flip_taints_the_device_with_one_write_and_recovery_lifts_it() -> None:
+    """With taints on, the isolated device stays in the slice and gains the unhealthy taint
+    (its reason, the effect asked) in one write at the next generation; recovery is one more
+    write that lifts it; the device count never changes."""
+    api = FakeApiServer()
+    options = DeviceOptions(taint_effect="NoSchedule")
+    publisher = SlicePublisher(api, DRIVER, NODE.name, builder(options=options))
+    healthy = fixture_inventory("kunpeng920-2p")
+    tainted_name = f"{healthy.devices[0].engine}-"  # the first device's name starts so
+
+    async def main() -> None:
+        assert await publisher.reconcile(healthy) == 1
+        assert await publisher.reconcile(unhealthy_first(healthy)) == 1
+        [stored] = await api.list(RESOURCE_SLICES, {"spec.driver": DRIVER})
+        assert len(stored["spec"]["devices"]) == 6
+        [(name, [taint])] = taints(stored).items()
+        assert name.startswith(tainted_name)
+        assert {k: taint[k] for k in ("key", "value", "effect")} == {
+            "key": "kae.openfuyao.com/unhealthy",
+            "value": "isolated",
+            "effect": "NoSchedule",
+        }
+        assert await publisher.reconcile(healthy) == 1
+        [stored] = await api.list(RESOURCE_SLICES, {"spec.driver": DRIVER})
+        assert taints(stored) == {} and stored["spec"]["pool"]["generation"] == 3
+
+    asyncio.run(main())
+    assert api.writes == 3
+
+
+def test_a_flip_seen_through_the_loop_is_one_write() -> None:
+    """The running publisher, handed an inventory with one device isolated, writes once (its
+    own write's watch event wakes nothing more) and the taint is in the API."""
+    api = FakeApiServer()
+    options = DeviceOptions(taint_effect="NoExecute")
+    publisher = SlicePublisher(api, DRIVER, NODE.name, builder(options=options))
+    inventories = LatestValue(fixture_inventory("kunpeng920-2p"))
+
+    async def main() -> None:
+        task = asyncio.create_task(publisher.run(inventories))
+        try:
+            await until(lambda: publisher.generation == 1)
+            inventories.publish(unhealthy_first(inventories.value))
+            await until(lambda: publisher.generation == 2)
+            assert await publisher.reconcile(inventories.value) == 0
+            [stored] = api.objects.values()
+            assert [t[0]["effect"] for t in taints(stored).values()] == ["NoExecute"]
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        assert api.writes == 2
+
+    asyncio.run(main())
+
+
+def test_a_standing_taint_keeps_its_time_when_another_device_flips() -> None:
+    """The server stamps timeAdded on a new taint; re-sending the slice for a second device
+    sends the first taint's stamp back, so its clock (and a NoExecute toleration's seconds)
+    does not restart."""
+    api = FakeApiServer()
+    publisher = SlicePublisher(
+        api, DRIVER, NODE.name, builder(options=DeviceOptions(taint_effect="NoExecute"))
+    )
+    inventory = fixture_inventory("kunpeng920-2p")
+
+    async def main() -> None:
+        await publisher.reconcile(unhealthy_first(inventory))
+        [stored] = api.objects.values()
+        [(first, [taint])] = taints(stored).items()
+        taint["timeAdded"] = "2020-01-01T00:00:00Z"  # stamped long ago
+        both = unhealthy_first(unhealthy_first(inventory), 1)
+        assert await publisher.reconcile(both) == 1
+        [stored] = api.objects.values()
+        times = {name: t[0]["timeAdded"] for name, t in taints(stored).items()}
+        assert times[first] == "2020-01-01T00:00:00Z"
+        assert len(times) == 2 and all(times.values())
+
+    asyncio.run(main())
+
+
+def test_a_restarted_publisher_lifts_a_taint_it_did_not_write() -> None:
+    """A new publisher (no memory of its writes) finds the slice tainted and the device
+    recovered: the taint alone is reason enough for one write."""
+    api = FakeApiServer()
+    build = builder(options=DeviceOptions(taint_effect="NoSchedule"))
+    inventory = fixture_inventory("kunpeng920-2p")
+
+    async def main() -> None:
+        await SlicePublisher(api, DRIVER, NODE.name, build).reconcile(unhealthy_first(inventory))
+        again = SlicePublisher(api, DRIVER, NODE.name, build)
+        assert await again.reconcile(unhealthy_first(inventory)) == 0
+        assert await again.reconcile(inventory) == 1
+        [stored] = api.objects.values()
+        assert taints(stored) == {}
+
+    asyncio.run(main())
+
+
+def test_sharing_turned_off_across_a_restart_is_written() -> None:
+    """A new publisher without sharing finds slices published with it: the server's copy holds
+    more than it would write (allowMultipleAllocations, a request policy), so it writes once,
+    then rests."""
+    api = FakeApiServer()
+    inventory = fixture_inventory("kunpeng920-2p")
+    shared = builder(options=DeviceOptions(shared_engines=frozenset({"zip"})))
+
+    async def main() -> None:
+        await SlicePublisher(api, DRIVER, NODE.name, shared).reconcile(inventory)
+        again = SlicePublisher(api, DRIVER, NODE.name, builder())
+        assert await again.reconcile(inventory) == 1
+        assert await again.reconcile(inventory) == 0
+        [stored] = api.objects.values()
+        assert not any("allowMultipleAllocations" in d for d in stored["spec"]["devices"])
+
+    asyncio.run(main())

@@ -8,14 +8,16 @@ from typing import Any
 import kubernetes_validate  # type: ignore[import-untyped]  # ships no type information
 import pytest
 
+from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.model import Health, Inventory
+from kae_deviceplugin.dra.frontend import device_options
 from kae_deviceplugin.dra.slice_devices import (
     ALGORITHM_FAMILIES,
     DeviceOptions,
     algorithm_attribute,
     pcie_root,
 )
-from kae_deviceplugin.dra.slices import NodeRef, build_slices, slice_name
+from kae_deviceplugin.dra.slices import NodeRef, build_slices, devices_per_slice, slice_name
 from tests.dra.inventories import DNS_SUBDOMAIN, fixture_inventory
 
 NODE = NodeRef("worker-1", "6f1c2d1e-0000-4000-8000-000000000001")
@@ -164,9 +166,25 @@ def test_shared_engines_get_consumable_queues() -> None:
     assert zip_pf["allowMultipleAllocations"] is True
     assert zip_pf["capacity"]["queues"] == {
         "value": "64",
-        "requestPolicy": {"default": "1", "validRange": {"min": "1", "step": "1"}},
+        "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "64", "step": "1"}},
     }
     assert "allowMultipleAllocations" not in devices["hpre-0000-79-00-0"]
+
+
+@pytest.mark.parametrize("total", [None, 0, 1])
+def test_a_shared_engine_device_without_queues_to_split_is_not_shared(total: int | None) -> None:
+    """An unknown total, or fewer than 2 queues (the API wants min + step within the
+    capacity), publishes the device unshared and notes why."""
+    inventory = fixture_inventory("kunpeng920-2p")
+    zip_pf = next(d for d in inventory if d.engine == "zip")
+    queues = {} if total is None else {zip_pf.pci_address: total}
+    options = DeviceOptions(shared_engines=frozenset({"zip"}))
+    plan = build_slices(inventory, NODE, generation=1, queues=queues, options=options)
+    devices = {d["name"]: d for s in plan.slices for d in s["spec"]["devices"]}
+    entry = devices[f"zip-{zip_pf.pci_address.replace(':', '-').replace('.', '-')}"]
+    assert "allowMultipleAllocations" not in entry
+    assert "requestPolicy" not in entry.get("capacity", {}).get("queues", {})
+    assert any("not shared" in note for note in plan.notes)
 
 
 def test_long_strings_are_cut_and_noted() -> None:
@@ -230,3 +248,16 @@ def test_slices_pass_the_api_schema(tree: str) -> None:
     queues = {d.pci_address: 128 for d in inventory}
     for obj in build_slices(inventory, NODE, generation=1, queues=queues, options=options).slices:
         kubernetes_validate.validate(obj, "1.37", strict=True)
+
+
+@pytest.mark.parametrize(
+    ("effect", "expected"),
+    [("NoSchedule", "NoSchedule"), ("NoExecute", "NoExecute"), ("None", "None"), ("omit", None)],
+)
+def test_the_settings_choose_the_device_options(effect: str, expected: str | None) -> None:
+    """dra.unhealthyTaintEffect becomes the taint effect (omit: no taint, device left out) and
+    dra.sharedEngines the shared engines, as the front end builds its slices."""
+    settings = Settings(unhealthy_taint_effect=effect, shared_engines=frozenset({"zip"}))  # type: ignore[arg-type]
+    options = device_options(settings)
+    assert options == DeviceOptions(taint_effect=expected, shared_engines=frozenset({"zip"}))  # type: ignore[arg-type]
+    assert devices_per_slice(options) == (128 if expected is None else 64)

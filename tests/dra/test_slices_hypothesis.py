@@ -9,12 +9,14 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kae_deviceplugin.core.health import ALL_REASONS
 from kae_deviceplugin.core.model import Health, Inventory, UacceDevice
+from kae_deviceplugin.dra.quantity import parse_whole_quantity
 from kae_deviceplugin.dra.slice_devices import (
     TAINT_EFFECTS,
     DeviceOptions,
@@ -134,3 +136,52 @@ def test_slices_keep_every_limit(
             for taint in device.get("taints", []):
                 assert len(taint["value"]) <= 63 and LABEL_VALUE.fullmatch(taint["value"])
             assert len(device.get("taints", [])) <= 16
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    selection=selections,
+    effect=st.sampled_from(TAINT_EFFECTS),
+    shared=st.frozensets(st.sampled_from(("hpre", "sec", "zip"))),
+    total=st.integers(0, 4096),
+)
+def test_taints_and_sharing_say_what_the_inventory_says(
+    selection: Selection, effect: TaintEffect, shared: frozenset[str], total: int
+) -> None:
+    """With taints on, every device is published; exactly the unhealthy ones carry the one
+    unhealthy taint (their reasons, the effect asked); each slice holds the same devices as
+    when all are healthy, so a health flip never moves a device to another slice; a shared
+    engine's device with 2 queues or more allows multiple allocations up to its total."""
+    inventory = selection.inventory()
+    options = DeviceOptions(taint_effect=effect, shared_engines=shared)
+    queues = {d.pci_address: total for d in inventory}
+    node = NodeRef("node-a", "uid")
+    plan = build_slices(inventory, node, generation=1, queues=queues, options=options)
+    all_healthy = Inventory(
+        tuple(dataclasses.replace(d, health=Health.HEALTHY, reasons=()) for d in inventory)
+    )
+    calm = build_slices(all_healthy, node, generation=1, queues=queues, options=options)
+    assert [_names(s) for s in plan.slices] == [_names(s) for s in calm.slices]
+    by_name = {device_name(d): d for d in inventory}
+    for obj in plan.slices:
+        for entry in obj["spec"]["devices"]:
+            device = by_name[entry["name"]]
+            if device.healthy:
+                assert "taints" not in entry
+            else:
+                [taint] = entry["taints"]
+                assert taint["key"] == "kae.openfuyao.com/unhealthy"
+                assert taint["effect"] == effect
+                assert taint["value"] == ".".join(device.reasons)[:63].rstrip("-_.")
+            sharing = device.engine in shared and total >= 2
+            assert entry.get("allowMultipleAllocations", False) is sharing
+            policy = entry["capacity"]["queues"].get("requestPolicy")
+            queue_text = entry["capacity"]["queues"]["value"]
+            assert (policy is not None) is sharing
+            if policy is not None:
+                assert policy["validRange"] == {"min": "1", "max": queue_text, "step": "1"}
+                assert parse_whole_quantity(queue_text) == total
+
+
+def _names(obj: dict[str, Any]) -> list[str]:
+    return [d["name"] for d in obj["spec"]["devices"]]

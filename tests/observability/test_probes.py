@@ -77,6 +77,9 @@ class FakeDaemon:
     def not_ready(self) -> list[str]:
         return self.missing
 
+    def shared_queues(self) -> None:
+        return None
+
 
 @contextmanager
 def serving(daemon: FakeDaemon) -> Iterator[tuple[str, asyncio.AbstractEventLoop]]:

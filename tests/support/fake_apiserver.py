@@ -3,13 +3,15 @@ the seam; the real one (through lightkube) is proven against the e2e cluster's A
 
 It keeps what the real one does that a controller depends on: resourceVersion checks on replace
 (409 Conflict), AlreadyExists and NotFound, field selectors on dotted paths, watch events for
-every change, and (``drop``) fields it does not keep, as a server whose feature gate is off.
+every change, (``drop``) fields it does not keep, as a server whose feature gate is off, and the
+``timeAdded`` it stamps on a ResourceSlice device taint written without one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import datetime
 import itertools
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -35,6 +37,17 @@ def _drop(obj: JsonObject, dotted: str) -> None:
     for item in targets:
         if isinstance(item, dict):
             item.pop(last, None)
+
+
+def _stamp_taints(obj: JsonObject) -> None:
+    """The real server's defaulting: a device taint without ``timeAdded`` gets the time now."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    spec = obj.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    for device in devices if isinstance(devices, list) else []:
+        for taint in device.get("taints", []) if isinstance(device, dict) else []:
+            if isinstance(taint, dict):
+                taint.setdefault("timeAdded", now)
 
 
 class FakeApiServer:
@@ -80,6 +93,7 @@ class FakeApiServer:
         stored = copy.deepcopy(body)
         for path in self.drop:
             _drop(stored, path)
+        _stamp_taints(stored)
         metadata = stored.setdefault("metadata", {})
         metadata.setdefault("uid", str(uuid.uuid4()))
         metadata["resourceVersion"] = str(next(self._versions))
