@@ -38,6 +38,8 @@ CHART_VALUES: Final[Mapping[str, str]] = {
     "config.env.opensslEngines": "env.openssl_engines",
     "config.log.level": "log_level",
     "config.log.format": "log_format",
+    "config.dra.unhealthyTaintEffect": "unhealthy_taint_effect",
+    "config.dra.sharedEngines": "shared_engines",
 }
 # Chart-only limits on top of the daemon's rule, each with its reason: the chart mounts these
 # directories from the host read-write, and the host's / is never one to hand over.
@@ -59,6 +61,12 @@ DURATION_VALUES: Final = tuple(
 def _words(words: tuple[str, ...]) -> str:
     """A pattern for one of ``words`` in any case, with blanks around: as the daemon reads them."""
     return r"(?i)^\s*(" + "|".join(words) + r")\s*$"
+
+
+def _engine_words() -> str:
+    """Engine names separated by commas or blanks, any case, or nothing (rules.engine_list)."""
+    names = "|".join(engine.name for engine in ENGINES)
+    return rf"(?i)^[\s,]*(({names})([\s,]+|$))*$"
 
 
 def _count(maximum: int) -> Node:
@@ -90,6 +98,11 @@ def kind_node(kind: Kind, choices: tuple[str, ...] = ()) -> Node:
         "path": {"type": "string", "pattern": f"^{absolute}$"},
         "optional-path": {"type": ["string", "null"], "pattern": f"^({absolute})?$"},
         "count": _count(MAX_SHARES),
+        "engine-list": {
+            "type": ["string", "array"],
+            "pattern": _engine_words(),
+            "items": {"type": "string", "pattern": _engine_words()},
+        },
     }
     return dict(nodes[kind])
 

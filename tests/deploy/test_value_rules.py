@@ -29,6 +29,7 @@ REFUSED: dict[Kind, list[object]] = {
     "path": ["relative/dir", "./x", "", 5],
     "optional-path": ["relative/dir", "~/x", 5],
     "count": [0, 65, "0", "65", "-1", "x", True, 1.5],
+    "engine-list": ["gpu", "zip,gpu", "zipsec", 5, True, ["zip", 5]],
 }
 ACCEPTED: dict[Kind, list[object]] = {
     "duration": [5, "5", 0.5, "500ms", "1m30s", "1h", 3600, "+1s", " 2s "],
@@ -37,6 +38,7 @@ ACCEPTED: dict[Kind, list[object]] = {
     "path": ["/srv/kae", "/srv/kae/dir/"],
     "optional-path": [None, "", "/usr/local/lib/engines-1.1"],
     "count": [1, 64, "4", " +8 "],
+    "engine-list": ["zip", "ZIP, sec", ["zip", "hpre sec"], ""],
 }
 
 
@@ -136,7 +138,8 @@ def test_a_value_the_daemon_accepts_reaches_its_config_file_as_the_same_value(
         samples = ACCEPTED[kind]
         chosen[key] = _sample(samples[index % len(samples)], choices)
         rule(chosen[key])  # the daemon takes it
-    out = template(tmp_path, chosen)
+    # The config file has a dra section only in DRA mode.
+    out = template(tmp_path, {**chosen, "dra.enabled": True})
     assert out.returncode == 0, out.stderr
     config = daemon_config([doc for doc in yaml.safe_load_all(out.stdout) if doc])
     for key, value in chosen.items():
