@@ -143,6 +143,7 @@ def resource_health(cluster: Cluster, pod: str) -> dict[str, str]:
 
 
 def health_of(cluster: Cluster, pod: str, device: str) -> str | None:
-    """The health the pod's status gives `device` (a resource ID ending in its name)."""
-    found = [h for rid, h in resource_health(cluster, pod).items() if rid.endswith("/" + device)]
+    """The health the pod's status gives `device`. For a DRA device the kubelet's resource ID is
+    the claim's CDI device ID, ``openfuyao.com/kae=<claim uid>-<device>``: it ends in the name."""
+    found = [h for rid, h in resource_health(cluster, pod).items() if rid.endswith(device)]
     return found[0] if found else None

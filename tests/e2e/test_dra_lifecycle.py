@@ -101,10 +101,9 @@ def test_a_removed_device_leaves_the_pool_and_a_new_one_joins_it(
     _plugin, tree, _cdi = node
     [before] = slices(cluster)
     gone = next(n for n in tree.names() if n.startswith("hisi_hpre"))
+    name = dra_name(tree, gone)  # from its class link, which the removal takes
     tree.remove(gone)
-    wait_until(
-        "the device out of the pool", lambda: dra_name(tree, gone) not in slice_devices(cluster)
-    )
+    wait_until("the device out of the pool", lambda: name not in slice_devices(cluster))
     [after] = slices(cluster)
     assert after["spec"]["pool"]["generation"] > before["spec"]["pool"]["generation"]
     assert set(slice_devices(cluster)) == {dra_name(tree, n) for n in tree.names()}

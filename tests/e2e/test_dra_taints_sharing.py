@@ -58,6 +58,11 @@ def taints(cluster: Cluster, device: str) -> list[dict[str, Any]]:
     return found
 
 
+def tainted(cluster: Cluster, device: str) -> list[dict[str, Any]] | None:
+    """The device's taints once it has any (None before: wait_until takes [] as an answer)."""
+    return taints(cluster, device) or None
+
+
 def untainted(cluster: Cluster, device: str) -> bool:
     """The device is published with no taint."""
     return device in slice_devices(cluster) and not taints(cluster, device)
@@ -117,7 +122,7 @@ def test_an_unhealthy_device_is_tainted_kept_and_lifted(
     for path in isolates:
         path.write_text("1\n")
     for device in (held, sick_zip):
-        [taint] = wait_until(f"{device} tainted", partial(taints, cluster, device))
+        [taint] = wait_until(f"{device} tainted", partial(tainted, cluster, device))
         assert taint["key"] == TAINT and taint["effect"] == "NoSchedule", taint
         assert taint["value"] == "isolated", taint
     assert set(slice_devices(cluster)) == {dra_name(tree, n) for n in tree.names()}
