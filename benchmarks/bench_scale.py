@@ -9,7 +9,8 @@ mode (bench_mode.py) on the same tree, every case and mode idling side by side i
   (the production mode), and a tick of the every-tick mode (no udev);
 * ListAndWatch: building the message of every ID of the case (devices x shares), and its size;
 * idle CPU (% of one core) and RSS at the end of the window, of the daemon at default settings
-  (the shares through a configuration file), in each mode;
+  (the shares through a configuration file), in each mode, each beside a floor plugin of as many
+  IDs in the same mode, whose idle CPU the ratio divides by;
 * Allocate p50 of one ID, against an empty RPC on the same channel, interleaved (every-tick
   daemon: the mode does not touch Allocate).
 """
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 import grpc
 from bench_core import Figure, median
+from bench_floor import floor_served
 from bench_mode import MODES, TICKS, Mode, missing
 from bench_node import ServedNode, build, cpu_seconds, rss_mib, scratch, served
 from bench_scan import timed
@@ -120,20 +122,27 @@ def scale(
     runs = [(case, mode) for case in plan for mode in modes]
     with ExitStack() as stack:
         nodes = [stack.enter_context(served(c.devices, config=c.config(), mode=m)) for c, m in runs]
+        # Each daemon beside a floor plugin of its size and mode, idling in the same window:
+        # on a shared machine the ratio is what compares across runs.
+        # (At least one ID per resource: a floor with an empty list never counts as registered.)
+        floors = [
+            stack.enter_context(floor_served(max(3, c.devices * c.shares), m)) for c, m in runs
+        ]
         time.sleep(SETTLE)
         for (case, mode), node in zip(runs, nodes, strict=True):
             if mode == TICKS:
                 alloc, empty = allocate_p50(node, calls)
                 measured[case.key] |= {"allocate": alloc, "empty_rpc": empty}
         started = time.monotonic()
-        before = [cpu_seconds(node.pid) for node in nodes]
+        pids = [(node.pid, floor.pid) for node, floor in zip(nodes, floors, strict=True)]
+        before = [(cpu_seconds(ours), cpu_seconds(theirs)) for ours, theirs in pids]
         time.sleep(window)
         elapsed = time.monotonic() - started
-        for (case, mode), node, cpu0 in zip(runs, nodes, before, strict=True):
-            cpu = 100 * (cpu_seconds(node.pid) - cpu0) / elapsed
+        for (case, mode), (ours, theirs), (cpu0, floor0) in zip(runs, pids, before, strict=True):
             measured[case.key] |= {
-                f"idle_cpu_{mode.key}": cpu,
-                f"rss_{mode.key}": rss_mib(node.pid),
+                f"idle_cpu_{mode.key}": 100 * (cpu_seconds(ours) - cpu0) / elapsed,
+                f"floor_cpu_{mode.key}": 100 * (cpu_seconds(theirs) - floor0) / elapsed,
+                f"rss_{mode.key}": rss_mib(ours),
             }
     return [figure for case in plan for figure in case_figures(case, measured[case.key])]
 
@@ -179,6 +188,10 @@ def case_figures(case: Case, values: dict[str, float]) -> list[Figure]:
         if metric == "allocate":
             ratio = values["allocate"] / values["empty_rpc"]
             reference = f"empty RPC p50 {values['empty_rpc']:.3f} ms"
+        floor = values.get(metric.replace("idle_cpu_", "floor_cpu_"), 0.0)
+        if metric.startswith("idle_cpu_") and floor > 0:
+            ratio = values[metric] / floor
+            reference = f"floor plugin {floor:.3f} % core"
         figures.append(
             Figure(
                 key=f"scale_{case.key}_{metric}",
@@ -210,7 +223,8 @@ def growth_table(figures: Sequence[Figure]) -> str:
             figure = row[metric]
             value = f"{figure.median:.3g}" if figure.median is not None else "n/a"
             if figure.ratio is not None:
-                value += f" ({figure.ratio:.2f}x empty RPC)"
+                against = "floor" if metric.startswith("idle_cpu_") else "empty RPC"
+                value += f" ({figure.ratio:.2f}x {against})"
             cells.append(value)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -154,7 +154,7 @@ class DeviceReader:
         self, name: str, engine: Engine, uacce_dir: str, pci_dir: str, link_ok: bool
     ) -> DeviceRead:
         """The device of an entry whose directory and PCI function are known."""
-        attrs = AttributeReader(uacce_dir)
+        attrs, api = AttributeReader.with_api(uacce_dir)
         readings: VolatileReadings = (
             attrs("isolate"),
             attrs("dev_state"),
@@ -173,11 +173,11 @@ class DeviceReader:
             name=name,
             engine=engine.name,
             resource=engine.resource,
-            pci_address=os.path.basename(pci_dir),
+            pci_address=pci_dir.rpartition("/")[2],
             function=function,
             parent_pf=parent_pf,
             numa_node=self.numa_node(attrs("node_id"), pci_dir),
-            api=text(attrs("api")),
+            api=text(api),
             flags=parse_int(attrs("flags")),
             algorithms=tuple(algorithms.split()) if isinstance(algorithms, str) else (),
             dev_node=f"/dev/{name}",
@@ -201,7 +201,7 @@ class DeviceReader:
         ``device`` link is broken the path itself still names the function.
         """
         linked = resolve_dir(f"{uacce_dir}/device")
-        if linked is not None and PCI_ADDRESS.match(os.path.basename(linked)):
+        if linked is not None and PCI_ADDRESS.match(linked.rpartition("/")[2]):
             return linked, True
         parent = os.path.dirname(uacce_dir)
         if os.path.basename(parent) == "uacce":
@@ -219,7 +219,8 @@ class DeviceReader:
         """
         link = f"{pci_dir}/driver"
         try:
-            driver_dir = os.path.normpath(os.path.join(pci_dir, os.readlink(link)))
+            target = os.readlink(link)
+            driver_dir = os.path.normpath(target if target[:1] == "/" else f"{pci_dir}/{target}")
         except OSError as err:
             # Not a link at all (EINVAL): a directory there still counts as bound, unnamed.
             return err.errno == errno.EINVAL and os.path.isdir(link), None, None
@@ -234,7 +235,7 @@ class DeviceReader:
     @staticmethod
     def function_of(pci_dir: str, engine: Engine) -> tuple[Function, str | None]:
         try:
-            target = os.path.basename(os.readlink(f"{pci_dir}/physfn").rstrip("/"))
+            target = os.readlink(f"{pci_dir}/physfn").rstrip("/").rpartition("/")[2]
         except OSError:  # no physfn link (absent, or not a link): not a VF by its link
             target = None
         if target is not None:

@@ -35,20 +35,19 @@ def volatile_fields(
     readings: VolatileReadings, *, dev_node_exists: bool, driver_bound: bool, device_link_ok: bool
 ) -> Volatile:
     """Parse the volatile readings and judge health: the one place both scanners do it."""
-    isolate, dev_state, available_reading = readings
+    isolate_reading, dev_state_reading, available_reading = readings
+    isolate, dev_state = parse_int(isolate_reading), parse_int(dev_state_reading)
     available = parse_int(available_reading)
     health, reasons = judge(
         HealthFacts(
-            isolate=parse_int(isolate),
-            isolate_present=isolate is not None,
-            dev_state=parse_int(dev_state),
-            dev_state_present=dev_state is not None,
+            isolate=isolate,
+            isolate_present=isolate_reading is not None,
+            dev_state=dev_state,
+            dev_state_present=dev_state_reading is not None,
             dev_node_exists=dev_node_exists,
             available_instances=available if available is not None and available >= 0 else None,
             driver_bound=driver_bound,
             device_link_ok=device_link_ok,
         )
     )
-    return Volatile(
-        available, parse_int(isolate), parse_int(dev_state), dev_node_exists, health, reasons
-    )
+    return Volatile(available, isolate, dev_state, dev_node_exists, health, reasons)
