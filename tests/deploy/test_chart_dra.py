@@ -210,16 +210,20 @@ def test_dra_config_file_is_accepted_by_the_daemon(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_config_dra_passes_through_but_not_what_the_chart_sets(tmp_path: Path) -> None:
+def test_config_dra_reaches_the_file_and_refuses_what_the_daemon_does_not_read(
+    tmp_path: Path,
+) -> None:
     """config.dra reaches the file's dra section as written (in DRA mode); nodeName and
-    kubeconfig are refused by the schema, since the chart sets the node and the account."""
+    kubeconfig (the chart sets the node and the account) and keys the daemon does not know are
+    refused by the schema."""
+    section = {"unhealthyTaintEffect": "NoExecute", "sharedEngines": "zip"}
     values = tmp_path / "values.json"
-    values.write_text(json.dumps({"dra": {"enabled": True}, "config": {"dra": {"someKey": "x"}}}))
+    values.write_text(json.dumps({"dra": {"enabled": True}, "config": {"dra": section}}))
     out = helm_run("template", "kae", str(CHART), "-n", NAMESPACE, "--values", str(values))
     assert out.returncode == 0, out.stderr
     objs = [d for d in yaml.safe_load_all(out.stdout) if d]
-    assert daemon_config(objs)["dra"] == {"someKey": "x"}
-    for key in ("nodeName", "kubeconfig"):
+    assert daemon_config(objs)["dra"] == section
+    for key in ("nodeName", "kubeconfig", "someKey"):
         out = helm_run("template", "kae", str(CHART), "--set", f"config.dra.{key}=x")
         assert out.returncode != 0 and "schema" in out.stderr, out.stderr
 
