@@ -92,12 +92,8 @@ class DeviceReader:
             return names
         found = {name: self.read_entry(name) for name in names}
         follow_pf_isolate(found)
-
-        def device_of(name: str) -> UacceDevice | None:
-            read = found[name]
-            return None if read is None else read.device
-
-        return self.inventory(self.collect(names, device_of))
+        devices = {name: None if read is None else read.device for name, read in found.items()}
+        return self.inventory(self.collect(names, devices.__getitem__))
 
     def collect(
         self, names: list[str], device_of: Callable[[str], UacceDevice | None]
