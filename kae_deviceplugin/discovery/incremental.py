@@ -5,7 +5,8 @@ While a device exists, most of what ``scan()`` reads is fixed (``api``, ``flags`
 ``dev_state`` change without a uevent (the kernel computes them when read). So
 :class:`IncrementalScanner` reads a device fully once, through :class:`DeviceReader` as
 ``scan()`` does, keeps its per-tick files open and on later ticks reads only those, one
-``pread`` each (see :mod:`.watched`: ``dev_state`` per device, ``isolate`` once per PF). A tick
+``pread`` each (see :mod:`.watched`: ``dev_state`` per device, ``isolate`` once per PF, its
+reading given to its VFs as ``scan()`` gives it, :func:`~.volatile.isolate_owner`). A tick
 where nothing moved returns the same :class:`Inventory` object, so callers can skip their work
 with an ``is`` check.
 
@@ -250,6 +251,7 @@ class IncrementalScanner:
         dev_entries = self._dev.listing(reader.dev_root, len(watched.devices)) if links else None
         devices: dict[str, UacceDevice | None] = {}
         watched.unlisted = False
+        watched.begin_tick()
         # Owners of an isolate flag first, so that every VF sees its PF's reading of this tick.
         followers = []
         for name in names:
@@ -260,7 +262,7 @@ class IncrementalScanner:
                 devices[name] = watched.answer(reader, name, dev_entries, links)
         for name in followers:
             devices[name] = watched.answer(reader, name, dev_entries, links)
-        watched.settle_followers()
+        devices.update(watched.settle_followers())  # VFs read this tick: their PF's isolate
         if watched.unlisted:
             self._names = None  # one was removed, its uevent not handled yet: list again
         return reader.collect(names, devices.__getitem__)

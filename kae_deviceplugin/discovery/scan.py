@@ -21,7 +21,6 @@ import errno
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from kae_deviceplugin.core.engines import Engine, engine_for_uacce_name
@@ -36,21 +35,15 @@ from kae_deviceplugin.discovery.attributes import (
     resolve_dir,
     text,
 )
-from kae_deviceplugin.discovery.volatile import VolatileReadings, volatile_fields
+from kae_deviceplugin.discovery.volatile import (
+    DeviceRead,
+    VolatileReadings,
+    follow_pf_isolate,
+    volatile_fields,
+)
 from kae_deviceplugin.errors import ScanDeferred
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceRead:
-    """A device as one full read saw it, plus what re-reading only its volatile signals needs."""
-
-    device: UacceDevice
-    attribute_dir: str  # where the attribute files are: the device directory or its attrs/
-    readings: VolatileReadings
-    driver_bound: bool
-    device_link_ok: bool
 
 
 class DeviceReader:
@@ -92,16 +85,15 @@ class DeviceReader:
             return Inventory(warnings=tuple(self.warnings))
 
     def pass_over(self) -> Inventory:
-        """Every entry read fully: what ``scan()`` answers."""
+        """Every entry read fully, each VF given its PF's isolate reading: what ``scan()``
+        answers."""
         names = self.entries()
         if isinstance(names, Inventory):
             return names
-
-        def device_of(name: str) -> UacceDevice | None:
-            found = self.read_entry(name)
-            return None if found is None else found.device
-
-        return self.inventory(self.collect(names, device_of))
+        found = {name: self.read_entry(name) for name in names}
+        follow_pf_isolate(found)
+        devices = {name: None if read is None else read.device for name, read in found.items()}
+        return self.inventory(self.collect(names, devices.__getitem__))
 
     def collect(
         self, names: list[str], device_of: Callable[[str], UacceDevice | None]

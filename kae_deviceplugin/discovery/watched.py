@@ -4,9 +4,11 @@ Per tick a device re-reads only what can change without a uevent (the kernel com
 and ``dev_state`` when read and changes them without any notification): its ``dev_state``, and
 its ``isolate`` if it owns one. A VF does not: the kernel answers a VF's ``isolate`` with its
 PF's flag (``hisi_qm_get_isolate_state``), so a VF takes the reading of its PF's watched state,
-one read per PF for all its VFs. ``available_instances`` is not read per tick at all (see
-``read_available_instances`` for when it is). The ``/dev`` node and the driver link are checked
-per tick only while no uevents cover them (``links``).
+one read per PF for all its VFs, by the rule ``scan()`` follows too
+(:func:`~.volatile.isolate_owner`); only while its PF is not read does it read its own.
+``available_instances`` is not read per tick at all (see ``read_available_instances`` for when
+it is). The ``/dev`` node and the driver link are checked per tick only while no uevents cover
+them (``links``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import os
 from collections.abc import Collection, Iterable
 from itertools import repeat
 
-from kae_deviceplugin.core.model import Function
 from kae_deviceplugin.discovery.attributes import (
     MAX_ATTR_BYTES,
     UNREADABLE,
@@ -29,8 +30,12 @@ from kae_deviceplugin.discovery.attributes import (
 from kae_deviceplugin.discovery.dirents import DirEntries
 from kae_deviceplugin.discovery.entry_watch import EntryWatch
 from kae_deviceplugin.discovery.fd_budget import BY_PATH, FdBudget
-from kae_deviceplugin.discovery.scan import DeviceRead
-from kae_deviceplugin.discovery.volatile import VOLATILE_ATTRIBUTES, volatile_fields
+from kae_deviceplugin.discovery.volatile import (
+    VOLATILE_ATTRIBUTES,
+    DeviceRead,
+    isolate_owner,
+    volatile_fields,
+)
 
 ISOLATE, DEV_STATE, AVAILABLE = range(len(VOLATILE_ATTRIBUTES))
 # Read errors on a kept file that mean the file (and so its device) is gone.
@@ -56,6 +61,7 @@ class WatchedDevice:
         "driver_bound",
         "follows",
         "kept",
+        "own_isolate",
         "paths",
         "raws",
         "readings",
@@ -74,14 +80,15 @@ class WatchedDevice:
         self.driver = f"{found.device.pci_path}/driver"
         self.driver_bound = found.driver_bound
         self.dirty = False  # the device object lags behind ``readings``
-        # The PF whose isolate flag this VF's isolate reads (None: it reads its own).
-        vf = found.device.function is Function.VF
-        self.follows = found.device.parent_pf if vf else None
+        # The PF whose isolate flag this VF's isolate reads (None: it reads its own), and
+        # whether it reads its own meanwhile, as that PF is not read (gone, faulty).
+        self.follows = isolate_owner(found.device)
+        self.own_isolate = False
         # Per-tick files the device lacked when it was read (kernels never add one later).
         self.absent = [self.paths[i] for i in self.wanted() if self.readings[i] is None]
 
     def wanted(self) -> tuple[int, ...]:
-        return (DEV_STATE,) if self.follows else (ISOLATE, DEV_STATE)
+        return (DEV_STATE,) if self.follows and not self.own_isolate else (ISOLATE, DEV_STATE)
 
     def keep(self, indexes: tuple[int, ...], budget: FdBudget) -> None:
         """Open the files of ``indexes`` to read each tick, or note how else they are read."""
@@ -100,9 +107,15 @@ class WatchedDevice:
                 self.dirty = True
 
     def adopt_isolate(self, budget: FdBudget) -> None:
-        """Its PF is not watched (gone, faulty): read this VF's own isolate from now on."""
+        """Its PF is not read (gone, faulty): read this VF's own isolate until it is again."""
         self.keep((ISOLATE,), budget)
-        self.follows = None
+        self.own_isolate = True
+
+    def follow(self, owner: WatchedDevice) -> None:
+        """Take the isolate reading of its PF's state, read in the same tick."""
+        if owner.readings[ISOLATE] != self.readings[ISOLATE]:
+            self.readings[ISOLATE] = owner.readings[ISOLATE]
+            self.rebuild()
 
     def tick_indexes(self) -> tuple[int, ...]:
         """The attributes read each tick; a device with neither keeps available_instances, or
@@ -131,8 +144,8 @@ class WatchedDevice:
                 return False  # it was there when the device was read
             if reading != readings[index]:
                 readings[index], changed = reading, True
-        if self.follows is not None:
-            isolate = owner.readings[ISOLATE] if owner else read_attribute(self.paths[ISOLATE])
+        if owner is not None:
+            isolate = owner.readings[ISOLATE]
             if isolate != readings[ISOLATE]:
                 readings[ISOLATE], changed = isolate, True
         if links and self.links_moved(dev_entries):
@@ -272,7 +285,7 @@ def quiet_check(
     """A QuietCheck when a pread of each kept file is all a tick needs to look at, else None:
     every file read by fd (none by path; off sysfs, none that could appear unless ``entries``
     watches their directories), every reading taken by the last tick (none pending), every VF's
-    PF watched (``follows`` is cleared otherwise)."""
+    PF watched (or its own isolate kept while it is not)."""
     for state in states:
         if state.by_path or state.dirty or (verify and state.absent and entries is None):
             return None

@@ -38,7 +38,9 @@ class WatchSet:
         self.budget = budget
         self.verify = False
         self.devices: dict[str, WatchedDevice] = {}
-        self.owners: dict[str, WatchedDevice] = {}  # PCI address -> a watched isolate owner
+        # PCI address -> an isolate owner read this tick or watched (a VF takes its reading)
+        self.owners: dict[str, WatchedDevice] = {}
+        self.passing: list[str] = []  # owners read fully but not watched: this tick's only
         self.new_followers: list[WatchedDevice] = []  # VFs read this tick
         self.entries: EntryWatch | None = None
         self.links_watched = False
@@ -89,8 +91,12 @@ class WatchSet:
         owner = None
         if state.follows is not None:
             owner = self.owners.get(state.follows)
-            if owner is None:  # its PF is gone or faulty: read its own flag from now on
+            if owner is None and not state.own_isolate:  # PF gone or faulty: read its own flag
                 state.adopt_isolate(self.budget)
+            elif owner is not None and state.own_isolate:
+                appeared = True  # its PF is back: read it anew, following the PF again
+            if state.own_isolate:
+                owner = None
         refresh = state.refresh
         if not appeared and refresh(dev_entries, verify=self.verify, links=links, owner=owner):
             return state.device
@@ -113,21 +119,41 @@ class WatchSet:
             if self.links_watched:
                 self.links_watched = self._watch(found.device.pci_path)
         # With nothing to watch nothing would tell that the device went away: read it each tick.
-        if state.kept or state.by_path:
+        watched = bool(state.kept or state.by_path)
+        if watched:
             self.devices[name] = state
-            if state.follows is None:
-                self.owners[found.device.pci_address] = state
-            else:
-                self.new_followers.append(state)
+        if state.follows is not None:
+            self.new_followers.append(state)
+        else:
+            self.owners[found.device.pci_address] = state
+            if not watched:
+                self.passing.append(found.device.pci_address)
         return found.device
 
-    def settle_followers(self) -> None:
-        """A VF read this tick whose PF is not watched (gone, faulty) reads its own flag."""
+    def begin_tick(self) -> None:
+        """Forget the owners of the last tick that are not watched (they are read again)."""
+        for address in self.passing:
+            owner = self.owners.get(address)
+            if owner is not None and self.devices.get(owner.device.name) is not owner:
+                del self.owners[address]
+        self.passing.clear()
+
+    def settle_followers(self) -> dict[str, UacceDevice]:
+        """Every VF read this tick takes its PF's isolate reading, as ``scan()`` gives it, or
+        (its PF not read: gone, faulty) reads its own flag from now on; the devices that changed
+        by it, by name."""
+        changed = {}
         for state in self.new_followers:
-            watched = self.devices.get(state.device.name) is state
-            if watched and state.follows is not None and state.follows not in self.owners:
+            owner = self.owners.get(state.follows) if state.follows is not None else None
+            if owner is not None:
+                before = state.device
+                state.follow(owner)
+                if state.device is not before:
+                    changed[state.device.name] = state.device
+            elif self.devices.get(state.device.name) is state:
                 state.adopt_isolate(self.budget)
         self.new_followers.clear()
+        return changed
 
     def quiet_check(self, names: list[str], links: bool) -> QuietCheck | None:
         """The fast check of a tick, when every listed entry is watched; ``links``: no uevents
@@ -159,6 +185,8 @@ class WatchSet:
             self.release(state)
         self.devices.clear()
         self.owners.clear()
+        self.passing.clear()
+        self.new_followers.clear()
         if self.entries is not None:
             self.entries.close()
             self.entries = None

@@ -120,14 +120,19 @@ def set_attribute(root: Path, name: str, attr: str, value: str | None) -> None:
     """Atomically replace (or, with None, remove) a uacce attribute, in ``attrs/`` if present.
 
     ``isolate`` of a PF is also written to the uacce devices of its VFs: the kernel has one
-    isolation flag per PF, which a VF's ``isolate`` reads (``hisi_qm_get_isolate_state``).
+    isolation flag per PF, which a VF's ``isolate`` reads (``hisi_qm_get_isolate_state``), and
+    what a container's UADK reads there should say so. Discovery does not depend on it: both
+    scanners give a VF its PF's reading and read a VF's own file only while its PF is absent
+    (``discovery/volatile.py``). A VF file a test made unreadable (a directory) is left so.
     """
     udir = find_uacce_dir(root, name)
     _write(_attribute_dir(udir) / attr, value)
     if attr == "isolate":
         for virtfn in sorted(udir.parent.parent.glob("virtfn*")):
             for vf_udir in sorted((virtfn.resolve() / "uacce").glob("*")):
-                _write(_attribute_dir(vf_udir) / attr, value)
+                vf_file = _attribute_dir(vf_udir) / attr
+                if not vf_file.is_dir():
+                    _write(vf_file, value)
 
 
 def _attribute_dir(udir: Path) -> Path:
