@@ -25,6 +25,7 @@ from kae_deviceplugin.testing.sysfs_builder import (
 )
 from kae_deviceplugin.testing.sysfs_trees import TREES, kunpeng_pf, vf_of
 from tests.support.harness import DEADLINE, running_node, short_tmpdir
+from tests.support.observability_harness import wait_until
 
 HPRE, SEC, ZIP = (f"openfuyao.com/kae.{e}" for e in ("hpre", "sec", "zip"))
 FAST: dict[str, Any] = {"scan_interval": 0.1}
@@ -90,7 +91,12 @@ def test_device_removed_and_vf_added() -> None:
 
 
 def test_kubelet_restarted_twice_in_a_row() -> None:
-    """Two restarts back to back: every resource registered again, one server each."""
+    """Two restarts back to back: every resource registered again, one server each.
+
+    The watch may act on the second restart after the servers already registered with the
+    second kubelet (it cannot tell a registration with the new kubelet from one with the old),
+    and restart them once more: so the steady state is awaited, not read the moment the first
+    registrations arrive."""
     with running_node() as node:
         assert node.wait_registered()
         first = len(node.kubelet.registrations)
@@ -100,9 +106,19 @@ def test_kubelet_restarted_twice_in_a_row() -> None:
         assert node.wait_registered()
         elapsed = time.monotonic() - started
         assert len(node.kubelet.registrations) >= first + 3
-        assert set(node.daemon.front.server_set.servers) == {HPRE, SEC, ZIP}
-        sockets = sorted(p.name for p in node.daemon.settings.effective_device_plugin_dir.iterdir())
-        assert sockets == ["kae-hpre.sock", "kae-sec.sock", "kae-zip.sock", "kubelet.sock"]
+        plugin_dir = node.daemon.settings.effective_device_plugin_dir
+        server_set = node.daemon.front.server_set
+
+        def settled() -> bool:
+            sockets = sorted(p.name for p in plugin_dir.iterdir())
+            return set(server_set.servers) == set(server_set.registered) == {
+                HPRE,
+                SEC,
+                ZIP,
+            } and sockets == ["kae-hpre.sock", "kae-sec.sock", "kae-zip.sock", "kubelet.sock"]
+
+        assert wait_until(settled)
+        assert node.wait_registered()
         print(f"re-registered {elapsed:.3f} s after the second restart")
 
 
