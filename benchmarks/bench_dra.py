@@ -20,7 +20,7 @@ from bench_core import Figure, median, p99
 from kube_watch import KubeApi, Watch
 
 from tests.e2e.cluster import Cluster, FixtureTree, Plugin, make_plugin
-from tests.e2e.dra import CLASSES, DRIVER, dra_args, request, template
+from tests.e2e.dra import DRIVER, dra_args, request, running_dra_plugin, template
 
 TREE = "kunpeng920-2p"
 TEMPLATE = "kae-bench-hpre"
@@ -46,16 +46,10 @@ def _delete_slices(cluster: Cluster) -> None:
 @contextmanager
 def served_dra(cluster: Cluster, workdir: Path) -> Iterator[tuple[Plugin, FixtureTree]]:
     """The DRA daemon on a fresh tree, its pool published and the DeviceClasses applied."""
-    plugin, tree = _dra_plugin(cluster, workdir)
-    cluster.kubectl("apply", "-f", str(CLASSES))
-    plugin.start()
-    try:
-        plugin.wait_ready()
+    workdir.mkdir(parents=True, exist_ok=True)
+    tree = FixtureTree.copy(TREE, workdir)
+    with running_dra_plugin(cluster, tree, workdir, ["--log-level", "info"]) as (plugin, _cdi):
         yield plugin, tree
-    finally:
-        plugin.stop()
-        _delete_slices(cluster)
-        cluster.kubectl("delete", "-f", str(CLASSES), "--ignore-not-found", check=False)
 
 
 def _claim_pod(cluster: Cluster, name: str) -> dict[str, Any]:

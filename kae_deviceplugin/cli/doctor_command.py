@@ -23,10 +23,9 @@ from kae_deviceplugin.cli.options import (
     output_option,
     sysfs_root_option,
 )
-from kae_deviceplugin.cli.serve import config_option, load_settings, overrides_from, setting_option
+from kae_deviceplugin.cli.serve import config_option, setting_option, settings_or_exit
 from kae_deviceplugin.config.schema import default_of
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.errors import InvalidConfig
 from kae_deviceplugin.observability import logs
 
 # The parameters that are settings; --metrics-address is not among them (see the docstring).
@@ -39,14 +38,7 @@ def _settings(ctx: click.Context, config_path: Path | None, params: dict[str, An
     """The settings serve would run with; exit 2 listing every bad value, as serve does."""
     named = {k: str(v) if isinstance(v, Path) else v for k, v in params.items()}
     chosen = {k: named[k] for k in (*_SETTINGS, *_DRA_SETTINGS)}
-    try:
-        overrides, sources = overrides_from(ctx, chosen)
-        settings, _source = load_settings(config_path, overrides, sources)
-    except InvalidConfig as err:
-        for line in err.lines():
-            click.echo(f"error: {line}", err=True)
-        raise SystemExit(2) from err
-    return settings
+    return settings_or_exit(ctx, config_path, chosen)[0]
 
 
 @click.command("doctor")

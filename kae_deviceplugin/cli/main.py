@@ -21,14 +21,14 @@ from kae_deviceplugin.cli.options import (
     output_option,
     sysfs_root_option,
 )
-from kae_deviceplugin.cli.serve import load_settings, overrides_from, serve_options
+from kae_deviceplugin.cli.serve import serve_options, settings_or_exit
 from kae_deviceplugin.config.resolve import check_config
 from kae_deviceplugin.config.rules import did_you_mean
 from kae_deviceplugin.config.schema import ENV_PREFIX
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.daemon.run import run_serve
 from kae_deviceplugin.discovery.scan import scan
-from kae_deviceplugin.errors import InvalidConfig, ScanDeferred
+from kae_deviceplugin.errors import ScanDeferred
 from kae_deviceplugin.observability import logs
 from kae_deviceplugin.observability.events import log_warning_changes
 
@@ -149,13 +149,7 @@ def _dra_listing(inventory: Inventory, kubelet_root: Path, output: str) -> str:
 @click.pass_context
 def serve_command(ctx: click.Context, /, config_path: Path | None, **params: Any) -> None:
     """Run the device-plugin daemon (what the DaemonSet runs)."""
-    try:
-        overrides, sources = overrides_from(ctx, params)
-        settings, source = load_settings(config_path, overrides, sources)
-    except InvalidConfig as err:
-        for line in err.lines():
-            click.echo(f"error: {line}", err=True)
-        raise SystemExit(2) from err
+    settings, source = settings_or_exit(ctx, config_path, params)
     logs.configure(settings.log_level, settings.log_format)
     raise SystemExit(run_serve(settings, source))
 

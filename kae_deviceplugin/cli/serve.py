@@ -25,6 +25,7 @@ from kae_deviceplugin.config.schema import (
     Option,
 )
 from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.errors import InvalidConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 _ENGINES_PARAM = "enable_engines"
@@ -128,3 +129,17 @@ def load_settings(
         return resolve_settings(None, overrides, sources=sources), None
     source = ConfigSource(config_path, overrides, sources)
     return source.initial(), source
+
+
+def settings_or_exit(
+    ctx: click.Context, config_path: Path | None, params: dict[str, Any]
+) -> tuple[Settings, ConfigSource | None]:
+    """The settings these flags, variables and file make; exit 2 listing every bad value (the
+    same refusal for serve and doctor)."""
+    try:
+        overrides, sources = overrides_from(ctx, params)
+        return load_settings(config_path, overrides, sources)
+    except InvalidConfig as err:
+        for line in err.lines():
+            click.echo(f"error: {line}", err=True)
+        raise SystemExit(2) from err
