@@ -269,7 +269,7 @@ async def _start_and_rest(bench: Bench, fleet: Fleet) -> dict[str, Any]:
     start = phase(before, bench.snapshot())
     client_rss = rss_mib()
     server_growth = {name: rss_mib(pid) - server_rss[name] for name, pid in pids.items()}
-    slices = await slices_per_node(bench.admin, bench.driver, n)
+    slices = await slices_per_node(bench.admin, bench.driver, [x.ref for x in fleet.nodes])
     progress(f"  at rest: {plan.rest:.0f} s ...")
     before = bench.snapshot()
     await asyncio.sleep(plan.rest)

@@ -54,7 +54,8 @@ def start_figures(r: dict[str, Any]) -> list[Figure]:
     k, c = f"fleet{n}_", start.counts
     figures = [
         _fig(k + "start_writes", f"{n} nodes: start, writes per node", "writes", c.writes / n,
-             target="1", met=c.writes <= n),
+             target="1", met=c.writes <= n,
+             note=f"{c.failed} calls failed and were retried" if c.failed else ""),
         _fig(k + "start_reads", f"{n} nodes: start, reads per node", "reads", c.reads / n,
              note=f"and {c.watches / n:.0f} watch per node"),
         _fig(k + "start_sent", f"{n} nodes: start, bytes sent per node", "B", c.sent / n),
@@ -88,7 +89,7 @@ def rest_figures(r: dict[str, Any]) -> list[Figure]:
         _fig(k + "rest_writes", f"{n} nodes: at rest, writes in {rest.seconds:.0f} s", "writes",
              c.writes, target="0", met=c.writes == 0),
         _fig(k + "rest_requests", f"{n} nodes: at rest, requests in {rest.seconds:.0f} s",
-             "requests", c.requests, note=f"{c.events} watch events"),
+             "requests", c.requests, note=f"{c.events} watch events, {c.failed} failed"),
     ]  # fmt: skip
     for name, short in (("kube-apiserver", "API server"), ("etcd", "etcd")):
         now, then = _pct(rest, name), _pct(base, name)
