@@ -8,6 +8,7 @@ process, so a phase's figures are differences of two snapshots.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import time
@@ -194,8 +195,9 @@ async def _one_change(bench: Bench, node: FleetNode, inventory: Inventory) -> Co
 
     node.inventories.publish(inventory)
     await until(reconciled, 30, f"{node.ref.name}: a change reconciled")
-    if publisher.writes == writes:
-        await asyncio.sleep(0.2)  # a write follows its list within milliseconds
+    if publisher.writes == writes:  # listed: the write, if any, follows within milliseconds
+        with contextlib.suppress(TimeoutError):
+            await until(lambda: publisher.writes > writes, 1.0, "")
     return counts.since(was)
 
 
