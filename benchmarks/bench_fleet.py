@@ -82,6 +82,9 @@ class CountingApi:
     def __init__(self, inner: ApiServer, counts: Counts) -> None:
         self.inner = inner
         self.counts = counts
+        # The node's pool is in the API: a write was answered, or a list found it (after a
+        # create that timed out at the client and went through on the server).
+        self.published = False
 
     async def get(self, kind: Kind, name: str, namespace: str | None = None) -> JsonObject:
         self.counts.reads += 1
@@ -95,6 +98,7 @@ class CountingApi:
         with self._failures():
             found = await self.inner.list(kind, field_selector)
         self.counts.received += size(found)
+        self.published |= kind == RESOURCE_SLICES and bool(found)
         return found
 
     @contextlib.contextmanager
@@ -117,6 +121,7 @@ class CountingApi:
         with self._failures():
             read: JsonObject = await call(kind, body)
         self.counts.received += size(read)
+        self.published = True
         return read
 
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
@@ -248,8 +253,9 @@ class Fleet:
             *(n.api.close() for n in self.nodes if n.api is not None), return_exceptions=True
         )
 
-    def all(self, condition: Callable[[SlicePublisher], bool]) -> bool:
-        return all(n.publisher is not None and condition(n.publisher) for n in self.nodes)
+    def published(self) -> bool:
+        """Every node's pool is in the API, as its own client saw it."""
+        return all(isinstance(n.api, CountingApi) and n.api.published for n in self.nodes)
 
 
 async def bounded(calls: Sequence[Callable[[], Any]], limit: int = ADMIN_CONCURRENCY) -> list[Any]:

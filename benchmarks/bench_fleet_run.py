@@ -129,6 +129,17 @@ async def until(condition: Callable[[], bool], timeout: float, what: str) -> Non
         await asyncio.sleep(0.005)
 
 
+async def quiet(bench: Bench, settle: float, timeout: float = 120.0) -> None:
+    """Until no publisher has made a request for ``settle`` seconds: the start ends when the
+    last retry of a timed-out call is done, not when the last pool is in."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = bench.counts.requests
+        await asyncio.sleep(settle)
+        if bench.counts.requests == seen:
+            return
+
+
 async def controller_done(admin: ApiServer, names: set[str], timeout: float) -> bool:
     """Whether the node controller marked every new node unreachable within ``timeout`` (it
     writes each node two or three times about 50 s after its creation; the baseline window
@@ -262,12 +273,12 @@ async def _start_and_rest(bench: Bench, fleet: Fleet) -> dict[str, Any]:
     for node in fleet.nodes:
         node.start(CountingApi(bench.connect(), bench.counts))
     await until(
-        lambda: fleet.all(lambda p: p.generation >= 1) and bench.counts.watches >= n,
+        lambda: fleet.published() and bench.counts.watches >= n,
         60 + n * 0.5,
         "every pool published",
     )
     published = time.monotonic() - before.at
-    await asyncio.sleep(plan.settle)
+    await quiet(bench, plan.settle)
     start = phase(before, bench.snapshot())
     client_rss = rss_mib()
     server_growth = {name: rss_mib(pid) - server_rss[name] for name, pid in pids.items()}

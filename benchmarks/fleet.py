@@ -73,7 +73,8 @@ def start_figures(r: dict[str, Any]) -> list[Figure]:
         figures.append(
             _fig(k + f"start_cpu_{short.split()[0].lower()}",
                  f"{n} nodes: start, {short} CPU (net of its baseline)", "s", net,
-                 note="n/a (no pid file)" if net is None else f"{per_write:.2f} ms per write")
+                 note="n/a (no pid file)" if net is None
+                 else f"{per_write:.2f} ms per node (its TLS handshake, list, create, watch)")
         )  # fmt: skip
     growth = r["server_rss_growth_mib"].get("kube-apiserver")
     if growth is not None:
@@ -152,7 +153,7 @@ def extrapolation(r: dict[str, Any]) -> str:
     for name in ("kube-apiserver", "etcd"):
         net = _net_cpu(start, base, name)
         if net is not None:
-            rows.append((f"start, {name} CPU s", net, "CPU per write measured here x writes"))
+            rows.append((f"start, {name} CPU s", net, "CPU per node started, measured, x nodes"))
     for label, value, method in rows:
         shown = f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
         lines.append(f"| {label} | {shown} | {value * scale:,.0f} | {method} |")
