@@ -11,14 +11,22 @@ else changes or deletes a slice (the kubelet wipes a node's slices at its start 
 losing the driver), and the next reconcile writes them back. What the API server returns is
 compared with what was written: a field it drops silently (its feature gate off) is logged as an
 error once, not re-written forever.
+
+A device that flaps (a driver unbinding and binding again, uevents every 100 ms) would cost a
+write per flap, on every node where it happens. So while changes keep coming, a node writes at
+most once per ``min_interval`` (0.5 s): a change within that time of the last write waits for
+the rest of it, and then the newest inventory is published, the ones in between never are. A
+lone change after a quiet spell goes at once; a held one waits at most 0.5 s more, so a health
+change still reaches the API within a second.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from kae_deviceplugin.apiserver.seam import RESOURCE_SLICES, ApiServer, JsonObject
@@ -30,6 +38,7 @@ log = logging.getLogger(__name__)
 
 RETRY_START = 0.2  # after a failed reconcile or a broken watch, doubled up to RETRY_CAP
 RETRY_CAP = 10.0
+MIN_INTERVAL = 0.5  # between writes while changes keep coming (see above)
 # Slices of one inventory at one pool generation (dra.slices.build_slices, bound to the node).
 Builder = Callable[[Inventory, int], Sequence[JsonObject]]
 
@@ -105,7 +114,15 @@ def _without_taint_times(content: JsonObject) -> JsonObject:
 class SlicePublisher:
     """Reconciles one node's pool of ResourceSlices with the inventory it is given."""
 
-    def __init__(self, api: ApiServer, driver: str, node: str, build: Builder) -> None:
+    def __init__(
+        self,
+        api: ApiServer,
+        driver: str,
+        node: str,
+        build: Builder,
+        *,
+        min_interval: float = MIN_INTERVAL,
+    ) -> None:
         self.api = api
         self.selector = {"spec.driver": driver, "spec.nodeName": node}
         self.build = build
@@ -117,6 +134,8 @@ class SlicePublisher:
         # removal (a lifted taint) is a change though the server's copy holds more than we sent.
         self._written: dict[str, tuple[str, JsonObject]] = {}
         self.wake = asyncio.Event()
+        self.min_interval = min_interval
+        self._last_write = -math.inf  # loop time of the last reconcile that wrote
 
     async def reconcile(self, inventory: Inventory) -> int:
         """Make the API's slices those of ``inventory``; the number of writes it took."""
@@ -200,32 +219,44 @@ class SlicePublisher:
 
     async def _follow(self, inventories: LatestValue[Inventory]) -> None:
         delay = RETRY_START
-        latest = inventories.value
         updates = inventories.updates()
-        next_update = asyncio.ensure_future(anext(updates))
+        _version, latest = await anext(updates)  # the current one, so it is not reconciled twice
+        pending: asyncio.Future[tuple[int, Inventory]] = asyncio.ensure_future(anext(updates))
         try:
             while True:
+                latest, pending = await _newest(latest, pending, updates)
                 try:
-                    await self.reconcile(latest)
+                    if await self.reconcile(latest):
+                        self._last_write = asyncio.get_running_loop().time()
                     delay = RETRY_START
                 except ApiError as err:
                     log.warning("ResourceSlices not published: %s; retrying in %.1f s", err, delay)
                     await wait_until_set(self.wake, delay)
                     delay = min(delay * 2, RETRY_CAP)
                     continue
-                wake = asyncio.ensure_future(self.wake.wait())
-                try:
-                    done, _ = await asyncio.wait(
-                        [next_update, wake], return_when=asyncio.FIRST_COMPLETED
-                    )
-                finally:  # also when cancelled: no waiter is left pending at loop close
-                    wake.cancel()
+                await self._until_woken(pending)
+                await self._pace()
+                # Cleared only now: the next reconcile lists after this, so it sees whatever
+                # woke us meanwhile.
                 self.wake.clear()
-                if next_update in done:
-                    _version, latest = next_update.result()
-                    next_update = asyncio.ensure_future(anext(updates))
         finally:
-            next_update.cancel()
+            pending.cancel()
+
+    async def _until_woken(self, pending: asyncio.Future[tuple[int, Inventory]]) -> None:
+        """Until a new inventory is published or the watch wakes us."""
+        wake = asyncio.ensure_future(self.wake.wait())
+        waiters: list[asyncio.Future[Any]] = [pending, wake]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when cancelled: no waiter is left pending at loop close
+            wake.cancel()
+
+    async def _pace(self) -> None:
+        """Hold a change that comes within ``min_interval`` of the last write (a flapping
+        device) until that interval is over."""
+        wait = self._last_write + self.min_interval - asyncio.get_running_loop().time()
+        if wait > 0:
+            await asyncio.sleep(wait)
 
     async def _watch(self) -> None:
         """Wake the loop on any event of our slices that we did not cause ourselves."""
@@ -241,3 +272,18 @@ class SlicePublisher:
                 log.warning("watch of ResourceSlices broke: %s; again in %.1f s", err, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_CAP)
+
+
+async def _newest(
+    latest: Inventory,
+    pending: asyncio.Future[tuple[int, Inventory]],
+    updates: AsyncIterator[tuple[int, Inventory]],
+) -> tuple[Inventory, asyncio.Future[tuple[int, Inventory]]]:
+    """The newest inventory published so far and a fresh read of the next one; ``latest`` if
+    nothing was published since."""
+    while pending.done():
+        _version, latest = pending.result()
+        pending = asyncio.ensure_future(anext(updates))
+        # The fresh read runs once here: it is done at once when more was published meanwhile.
+        await asyncio.sleep(0)
+    return latest, pending

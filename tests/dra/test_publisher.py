@@ -1,17 +1,20 @@
 """The slice publisher on its own, against the in-memory API server of tests/support: nothing is
 written at rest, one change costs one write per changed slice and one generation, a wipe by
-someone else is repaired from the watch, a field the server drops is logged once, failures retry."""
+someone else is repaired from the watch, a field the server drops is logged once, failures retry,
+and a flapping device costs at most one write per interval, the newest state last."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 import pytest
 
-from kae_deviceplugin.apiserver.seam import RESOURCE_SLICES, JsonObject
+from kae_deviceplugin.apiserver.seam import RESOURCE_SLICES, JsonObject, Kind
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Health, Inventory
 from kae_deviceplugin.dra import publisher as publisher_module
@@ -315,3 +318,75 @@ def test_sharing_turned_off_across_a_restart_is_written() -> None:
         assert not any("allowMultipleAllocations" in d for d in stored["spec"]["devices"])
 
     asyncio.run(main())
+
+
+class TimedApi(FakeApiServer):
+    """The in-memory server, noting when each replace was asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.replaced_at: list[float] = []
+
+    async def replace(self, kind: Kind, body: JsonObject) -> JsonObject:
+        self.replaced_at.append(time.monotonic())
+        return await super().replace(kind, body)
+
+
+def devices_published(api: FakeApiServer) -> int:
+    [stored] = api.objects.values()
+    return len(stored["spec"]["devices"])
+
+
+def test_a_flapping_device_costs_one_write_per_interval_and_the_newest_state_wins() -> None:
+    """A device flipping every 20 ms for a second: the writes come at least ``min_interval``
+    apart (about 1 s / 0.2 s of them, not 50), and the slice ends as the last inventory."""
+    api = TimedApi()
+    interval = 0.2
+    publisher = SlicePublisher(api, DRIVER, NODE.name, builder(), min_interval=interval)
+    healthy = fixture_inventory("kunpeng920-2p")
+    inventories = LatestValue(healthy)
+
+    async def main() -> None:
+        task = asyncio.create_task(publisher.run(inventories))
+        try:
+            await until(lambda: len(api.objects) == 1)
+            for flip in range(51):  # ends on the unhealthy one
+                inventories.publish(unhealthy_first(healthy) if flip % 2 == 0 else healthy)
+                await asyncio.sleep(0.02)
+            await until(lambda: devices_published(api) == 5)
+            await asyncio.sleep(interval * 2)  # nothing more to write: no further replace
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    started = time.monotonic()
+    asyncio.run(main())
+    elapsed = time.monotonic() - started
+    gaps = [b - a for a, b in itertools.pairwise(api.replaced_at)]
+    assert all(gap >= interval - 1e-3 for gap in gaps), gaps
+    assert 2 <= len(api.replaced_at) <= elapsed / interval + 1, api.replaced_at
+    assert devices_published(api) == 5
+
+
+def test_a_lone_change_after_a_quiet_spell_is_not_held() -> None:
+    """Only a change that follows a write within ``min_interval`` waits: one that comes after a
+    longer quiet spell is written at once."""
+    api = TimedApi()
+    interval = 0.5
+    publisher = SlicePublisher(api, DRIVER, NODE.name, builder(), min_interval=interval)
+    inventories = LatestValue(fixture_inventory("kunpeng920-2p"))
+
+    async def main() -> float:
+        task = asyncio.create_task(publisher.run(inventories))
+        try:
+            await until(lambda: len(api.objects) == 1)
+            await asyncio.sleep(interval + 0.1)
+            published = time.monotonic()
+            inventories.publish(unhealthy_first(inventories.value))
+            await until(lambda: len(api.replaced_at) == 1)
+            return api.replaced_at[0] - published
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    assert asyncio.run(main()) < interval
