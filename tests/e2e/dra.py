@@ -94,14 +94,22 @@ def dra_args(cluster: Cluster, cdi_dir: Path) -> list[str]:
 
 @contextmanager
 def running_dra_plugin(
-    cluster: Cluster, tree: FixtureTree, workdir: Path, extra: list[str] | None = None
+    cluster: Cluster,
+    tree: FixtureTree,
+    workdir: Path,
+    extra: list[str] | None = None,
+    pod_uid: str | None = None,
 ) -> Iterator[tuple[Plugin, Path]]:
-    """The daemon in DRA mode on `tree`, the DeviceClasses applied; on exit the daemon stops and
-    its slices and the classes are deleted, so the next test starts from an empty pool."""
+    """The daemon in DRA mode on `tree` (as the pod `pod_uid`, for per-pod socket names), the
+    DeviceClasses applied; on exit the daemon stops and its slices and the classes are deleted,
+    so the next test starts from an empty pool."""
     cdi_dir = cluster.kubelet_root.parent / "cdi"
+    workdir.mkdir(parents=True, exist_ok=True)
     plugin = make_plugin(
         cluster, tree, workdir, "plugin-watcher", extra=dra_args(cluster, cdi_dir) + (extra or [])
     )
+    if pod_uid is not None:
+        plugin.env["POD_UID"] = pod_uid
     cluster.kubectl("apply", "-f", str(CLASSES))
     plugin.start()
     try:

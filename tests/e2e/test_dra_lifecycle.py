@@ -186,3 +186,39 @@ def test_a_held_devices_health_reaches_its_pods_status(
     isolate.write_text("0\n")
     wait_until("Healthy again", lambda: health_of(cluster, "kae-sick", device) == "Healthy")
     assert cluster.get("pod", "kae-sick")["status"]["phase"] == "Running"
+
+
+@pytest.mark.timeout(300)
+def test_two_instances_serve_at_once_as_in_a_rolling_update(
+    cluster: Cluster, tree_factory: Callable[[str], FixtureTree], tmp_path: Path
+) -> None:
+    """What the chart's maxSurge relies on: a second daemon with its own pod UID registers
+    beside the first (two registration sockets, both registered with the kubelet); when the
+    first stops, its claim's pod keeps running, the second unprepares that claim from the shared
+    checkpoint and prepares new ones."""
+    tree = tree_factory(TREE)
+    registry = cluster.kubelet_root / "plugins_registry"
+    uids = ("0a0a0a0a-0000-4000-8000-00000000000a", "0b0b0b0b-0000-4000-8000-00000000000b")
+    with running_dra_plugin(cluster, tree, tmp_path / "old", pod_uid=uids[0]) as (old, cdi_dir):
+        try:
+            cluster.apply(ONE_ZIP)
+            cluster.apply(claim_pod(cluster, "kae-a", "kae-one-zip", script=SLEEP))
+            wait_running(cluster, "kae-a", timeout=120)
+            specs = wait_until("the claim's CDI spec", lambda: cdi_specs(cdi_dir) or None)
+            with running_dra_plugin(cluster, tree, tmp_path / "new", pod_uid=uids[1]):
+                sockets = {p.name for p in registry.glob(f"{DRIVER}-*-reg.sock")}
+                assert sockets == {f"{DRIVER}-{uid}-reg.sock" for uid in uids}, sockets
+                old.stop()
+                assert container(cluster, "kae-a")["restartCount"] == 0
+                cluster.delete_pod("kae-a")
+                wait_until(
+                    "unprepared by the new instance", lambda: not any(p.exists() for p in specs), 90
+                )
+                cluster.apply(claim_pod(cluster, "kae-b", "kae-one-zip", script=SLEEP))
+                wait_running(cluster, "kae-b", timeout=120)
+                cluster.delete_pod("kae-b")
+                wait_until("every claim unprepared", lambda: not cdi_specs(cdi_dir), timeout=90)
+        finally:
+            for pod in ("kae-a", "kae-b"):
+                cluster.delete_pod(pod)
+            delete_template(cluster, "kae-one-zip")

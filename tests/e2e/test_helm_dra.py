@@ -6,7 +6,9 @@ leaves no slices, sockets, CDI specs, DeviceClasses or RBAC objects.
 
 This cluster's API server listens on 127.0.0.1 only and runs no kube-proxy, so the driver pod
 uses the host network and is told the API server's loopback address (a real cluster's pods reach
-it through the `kubernetes` Service)."""
+it through the `kubernetes` Service). That host network is also why a rolling upgrade cannot be
+shown here: the surge pod's metrics port is taken on the host, so the scheduler keeps it
+Pending; two live instances are shown as host processes in test_dra_lifecycle.py."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from tests.e2e.dra import (
     slice_devices,
     template,
 )
-from tests.e2e.helm import Ctr, Release, chart_values, split_image
+from tests.e2e.helm import Release, chart_values
 from tests.e2e.pods import manifest, read_report, wait_running
 from tests.e2e.test_helm import helm_binary, plugin_image
 
@@ -44,7 +46,6 @@ TREE = "kunpeng920-2p"
 NAMESPACE = "kae-dra"
 RELEASE = "kae-dra"
 ENGINES = ("hpre", "sec", "zip")
-UPGRADE_TAG = "e2e-dra-upgrade"
 
 
 def api_address(cluster: Cluster) -> tuple[str, str]:
@@ -82,13 +83,11 @@ def release(
     try:
         yield installed, tree
     finally:
-        for pod in ("kae-dra-claim", "kae-dra-limit", "kae-dra-after"):
+        for pod in ("kae-dra-claim", "kae-dra-limit"):
             cluster.delete_pod(pod)
-        for name in ("kae-dra-zip", "kae-dra-hpre"):
-            delete_template(cluster, name)
+        delete_template(cluster, "kae-dra-zip")
         installed.uninstall()
         cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true")
-        Ctr(cluster).remove(f"{split_image(plugin_image)[0]}:{UPGRADE_TAG}")
 
 
 def ours(cluster: Cluster, kind: str) -> list[str]:
@@ -135,47 +134,6 @@ def test_a_claim_and_a_plain_limit_are_both_served_by_dra(
     assert dra_name(tree, name) != held  # two claims, two devices
 
 
-def _live(cluster: Cluster, release: Release) -> tuple[int, int]:
-    """(driver pods running and not being deleted, driver registration sockets) right now."""
-    pods = [p for p in release.pods() if p.get("status", {}).get("phase") == "Running"]
-    sockets = list((cluster.kubelet_root / "plugins_registry").glob(f"{DRIVER}-*-reg.sock"))
-    return len(pods), len(sockets)
-
-
-@pytest.mark.timeout(600)
-def test_a_rolling_upgrade_runs_two_drivers_at_once_and_keeps_the_claims(
-    cluster: Cluster, release: tuple[Release, FixtureTree], plugin_image: str
-) -> None:
-    """`helm upgrade` to a new image tag: with maxSurge 1 and per-pod socket names the new
-    driver pod runs beside the old one (two pods, two registration sockets at once) until it is
-    Ready; the claim's pod keeps its container, and a new claim is prepared by the new driver."""
-    chart, _tree = release
-    old = wait_until("driver pod Ready", chart.ready_pod, timeout=240)
-    wait_running(cluster, "kae-dra-claim", timeout=120)
-    container = cluster.get("pod", "kae-dra-claim")["status"]["containerStatuses"][0]
-    new_image = f"{split_image(plugin_image)[0]}:{UPGRADE_TAG}"
-    Ctr(cluster).tag(plugin_image, new_image)
-    chart.upgrade(f"image.tag={UPGRADE_TAG}")
-    most = (0, 0)
-
-    def replaced() -> bool:
-        nonlocal most
-        now = _live(cluster, chart)
-        most = (max(most[0], now[0]), max(most[1], now[1]))
-        pods = chart.pods(terminating=True)
-        return len(pods) == 1 and pods[0]["metadata"]["uid"] != old["metadata"]["uid"]
-
-    wait_until("the old driver pod replaced", replaced, timeout=240, interval=0.05)
-    assert most == (2, 2), most
-    new = wait_until("new driver pod Ready", chart.ready_pod, timeout=120)
-    assert new["spec"]["containers"][0]["image"] == new_image
-    after = cluster.get("pod", "kae-dra-claim")["status"]["containerStatuses"][0]
-    assert (after["containerID"], after["restartCount"]) == (container["containerID"], 0)
-    cluster.apply(template("kae-dra-hpre", [request("hpre", "hpre")]))  # both ZIPs are held
-    cluster.apply(claim_pod(cluster, "kae-dra-after", "kae-dra-hpre", script=SLEEP))
-    wait_running(cluster, "kae-dra-after", timeout=120)
-
-
 def _create_slice_as_driver(cluster: Cluster, node: str, claimed_node: str) -> str:
     """A server-side dry-run create of a slice for `node`, as the driver's service account on
     `claimed_node`; the API server's stderr ('' when allowed)."""
@@ -219,7 +177,7 @@ def test_uninstall_leaves_no_slices_sockets_specs_or_objects(
     them once the driver is gone), no registration or service socket, no claim CDI spec, and
     no DeviceClass, ClusterRole or policy of the release."""
     chart, _tree = release
-    for pod in ("kae-dra-claim", "kae-dra-limit", "kae-dra-after"):
+    for pod in ("kae-dra-claim", "kae-dra-limit"):
         cluster.delete_pod(pod)
     cdi_dir = cluster.kubelet_root.parent / "cdi"
     wait_until("the claims unprepared", lambda: not cdi_specs(cdi_dir), timeout=90)
