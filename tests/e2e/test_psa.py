@@ -45,12 +45,15 @@ def _plugin_pod(helm: str, values: Path) -> dict[str, Any]:
         capture_output=True, text=True, timeout=120, check=True,
     ).stdout  # fmt: skip
     (daemonset,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "DaemonSet"]
-    template = daemonset["spec"]["template"]
+    spec = dict(daemonset["spec"]["template"]["spec"])
+    # The chart's account lives in the plugin's namespace: in the probe's, admission would
+    # refuse the pod for the missing account before Pod Security looks at it.
+    spec.pop("serviceAccountName", None)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "kae-psa-probe", "namespace": PROBE_NAMESPACE},
-        "spec": template["spec"],
+        "spec": spec,
     }
 
 
