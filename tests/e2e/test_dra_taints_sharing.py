@@ -19,6 +19,7 @@ from tests.e2e.dra import (
     DRIVER,
     SLEEP,
     allocated,
+    cdi_specs,
     claim_pod,
     delete_template,
     dra_name,
@@ -99,6 +100,11 @@ def driver(
             cluster.delete_pod(pod)
         for name in TEMPLATES:
             delete_template(cluster, name)
+        if stack:
+            # The kubelet unprepares after the pods are gone: let the daemon answer before it
+            # stops, or the claims' CDI specs outlive the test in the runtime's spec dir.
+            cdi_dir = cluster.kubelet_root.parent / "cdi"
+            wait_until("every claim unprepared", lambda: not cdi_specs(cdi_dir), timeout=90)
         for context in reversed(stack):
             context.__exit__(None, None, None)
 
