@@ -11,7 +11,6 @@ DRA mode: it loads the DRA modules, and the slices check the API client.
 from __future__ import annotations
 
 import os
-import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +18,19 @@ from pathlib import Path
 from kae_deviceplugin.cli.checks import Row, Status
 from kae_deviceplugin.cli.doctor_slices import Connect, check_slices
 from kae_deviceplugin.core.model import Inventory
-from kae_deviceplugin.dra.api import DRIVER, PLUGIN_SERVICES, PLUGIN_TYPE, plugin_dir
+from kae_deviceplugin.dra.api import (
+    DRIVER,
+    PLUGIN_SERVICES,
+    PLUGIN_TYPE,
+    is_registration_socket,
+    plugin_dir,
+)
 from kae_deviceplugin.dra.cdi_claims import uid_of_spec_file
 from kae_deviceplugin.dra.checkpoint import Checkpoint, CheckpointFile
 from kae_deviceplugin.errors import CheckpointError, CheckpointTooNew
 from kae_deviceplugin.kubelet.pluginwatcher import PluginInfo, query_info, registry_dir
 
 GET_INFO_TIMEOUT = 1.0  # the kubelet's own deadline for GetInfo
-_REGISTRATION = re.compile(rf"{re.escape(DRIVER)}(-[A-Za-z0-9-]+)?-reg\.sock")
 ROOT_FIX = "--kubelet-root must name the kubelet's --root-dir (k0s: /var/lib/k0s/kubelet)"
 
 
@@ -88,7 +92,7 @@ def check_registration(kubelet_root: Path) -> list[Row]:
     registry = registry_dir(kubelet_root)
     if not registry.is_dir():
         return [Row("dra registration", Status.FAIL, f"{registry} does not exist", (ROOT_FIX,))]
-    sockets = sorted(p for p in registry.iterdir() if _REGISTRATION.fullmatch(p.name))
+    sockets = sorted(p for p in registry.iterdir() if is_registration_socket(p.name))
     if not sockets:
         detail = f"no registration socket of {DRIVER} in {registry}"
         fix = (

@@ -8,6 +8,7 @@ are read from the generated descriptors here, so they cannot drift from the prot
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from kae_deviceplugin._generated.dra.v1 import api_pb2 as dra_v1
@@ -33,8 +34,10 @@ __all__ = [
     "health_v1_grpc",
     "health_v1alpha1",
     "health_v1alpha1_grpc",
+    "is_registration_socket",
     "plugin_dir",
     "service_name",
+    "socket_names",
 ]
 
 # The driver name: spec.driver of our ResourceSlices, results[].driver of the claims we prepare,
@@ -48,6 +51,21 @@ def plugin_dir(kubelet_root: Path) -> Path:
     """The driver's own directory under the kubelet's: the service socket and the checkpoint
     (the kubelet's convention, ``<root-dir>/plugins/<driver>``; it outlives our pod)."""
     return kubelet_root / "plugins" / DRIVER
+
+
+REGISTRATION_SUFFIX = "-reg.sock"
+_REGISTRATION = re.compile(rf"{re.escape(DRIVER)}(-[A-Za-z0-9-]+)?{re.escape(REGISTRATION_SUFFIX)}")
+
+
+def socket_names(pod_uid: str | None) -> tuple[str, str]:
+    """(registration socket, service socket) file names, per pod when its UID is known."""
+    suffix = f"-{pod_uid}" if pod_uid else ""
+    return f"{DRIVER}{suffix}{REGISTRATION_SUFFIX}", f"dra{suffix}.sock"
+
+
+def is_registration_socket(name: str) -> bool:
+    """Whether a file name in plugins_registry is one of ours, with or without a pod UID."""
+    return _REGISTRATION.fullmatch(name) is not None
 
 
 def full_service_name(module: object, service: str) -> str:

@@ -35,6 +35,7 @@ from kae_deviceplugin.dra.api import (
     PLUGIN_SERVICES,
     PLUGIN_TYPE,
     plugin_dir,
+    socket_names,
 )
 from kae_deviceplugin.dra.checkpoint import CheckpointFile, claimed_queues
 from kae_deviceplugin.dra.health import add_health_servicers
@@ -63,12 +64,6 @@ def device_options(settings: Settings) -> DeviceOptions:
         taint_effect=None if effect == "omit" else effect,
         shared_engines=settings.shared_engines,
     )
-
-
-def socket_names(pod_uid: str | None) -> tuple[str, str]:
-    """(registration socket, service socket) file names, per pod when its UID is known."""
-    suffix = f"-{pod_uid}" if pod_uid else ""
-    return f"{DRIVER}{suffix}-reg.sock", f"dra{suffix}.sock"
 
 
 class DraFrontEnd:
