@@ -9,6 +9,7 @@ twice and the front end never sees a lightkube type.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import logging
@@ -21,7 +22,7 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError as LightkubeApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
-from kae_deviceplugin.apiserver.seam import JsonObject, Kind
+from kae_deviceplugin.apiserver.seam import JsonObject, Kind, WatchStart
 from kae_deviceplugin.errors import ApiError
 
 FIELD_MANAGER = "kae-deviceplugin"
@@ -57,6 +58,14 @@ class LightkubeApi:
             found = self.client.list(_resource(kind), fields=dict(field_selector))
             return [_plain(obj) async for obj in found]
 
+    async def list_versioned(
+        self, kind: Kind, field_selector: Mapping[str, str]
+    ) -> tuple[builtins.list[JsonObject], str]:
+        async with _translated(f"list {kind.plural}"):
+            found = self.client.list(_resource(kind), fields=dict(field_selector))
+            items = [_plain(obj) async for obj in found]
+            return items, str(found.resourceVersion)
+
     async def create(self, kind: Kind, body: JsonObject) -> JsonObject:
         async with _translated(f"create {kind.plural}/{body['metadata'].get('name')}"):
             return _plain(await self.client.create(_resource(kind)(body)))
@@ -70,10 +79,15 @@ class LightkubeApi:
             await self.client.delete(_resource(kind), name, namespace=namespace)
 
     async def watch(
-        self, kind: Kind, field_selector: Mapping[str, str]
+        self, kind: Kind, field_selector: Mapping[str, str], start: WatchStart | None = None
     ) -> AsyncIterator[tuple[str, JsonObject]]:
-        async with _translated(f"watch {kind.plural}"):
-            async for event, obj in self.client.watch(_resource(kind), fields=dict(field_selector)):
+        # lightkube resumes a stream the server ended from the last version it saw, and raises
+        # on an error: what the seam promises.
+        events = self.client.watch(
+            _resource(kind), fields=dict(field_selector), resource_version=start
+        )
+        async with _translated(f"watch {kind.plural}", stream=True):
+            async for event, obj in events:
                 yield event, _plain(obj)
 
     async def close(self) -> None:
@@ -98,14 +112,20 @@ def connect(kubeconfig: Path | None) -> LightkubeApi:
 
 
 @contextlib.asynccontextmanager
-async def _translated(what: str) -> AsyncIterator[None]:
-    """Turns lightkube's and httpx's errors into ``errors.ApiError`` (our refusal type)."""
+async def _translated(what: str, *, stream: bool = False) -> AsyncIterator[None]:
+    """Turns lightkube's and httpx's errors into ``errors.ApiError`` (our refusal type); on a
+    watch ``stream``, so does a line that is not a watch event (a proxy's garbage, a cut)."""
     try:
         yield
+    except (ValueError, KeyError, TypeError) as err:
+        if not stream:
+            raise
+        raise ApiError(f"{what}: undecodable event ({type(err).__name__}: {err})") from err
     except LightkubeApiError as err:
         status = err.status
+        said = status.message or f"HTTP {status.code or '?'} {status.reason or ''}".rstrip()
         raise ApiError(
-            f"{what}: {status.message}",
+            f"{what}: {said}",
             status=int(status.code or 0),
             reason=str(status.reason or ""),
         ) from err

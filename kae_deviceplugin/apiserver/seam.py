@@ -7,11 +7,13 @@ touching it. Each kind is named by its API path parts, as the REST API spells th
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 JsonObject = dict[str, Any]
+WatchStart = str  # a resourceVersion, as a list returned it
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,12 @@ class ApiServer(Protocol):
 
     async def list(self, kind: Kind, field_selector: Mapping[str, str]) -> list[JsonObject]: ...
 
+    async def list_versioned(
+        self, kind: Kind, field_selector: Mapping[str, str]
+    ) -> tuple[builtins.list[JsonObject], str]:
+        """The objects and the list's resourceVersion, to start a watch from without a gap."""
+        ...
+
     async def create(self, kind: Kind, body: JsonObject) -> JsonObject: ...
 
     async def replace(self, kind: Kind, body: JsonObject) -> JsonObject: ...
@@ -49,9 +57,12 @@ class ApiServer(Protocol):
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None: ...
 
     def watch(
-        self, kind: Kind, field_selector: Mapping[str, str]
+        self, kind: Kind, field_selector: Mapping[str, str], start: WatchStart | None = None
     ) -> AsyncIterator[tuple[str, JsonObject]]:
-        """(event type, object) pairs: ADDED, MODIFIED, DELETED; ends when the server ends it."""
+        """(event type, object) pairs: ADDED, MODIFIED, DELETED, from ``start`` (a list's
+        resourceVersion) or from now. A stream the server ends cleanly is resumed from the last
+        event seen; an error (410 Gone: that version is too old; a broken or undecodable
+        stream) ends the iteration with ``ApiError``, and the caller lists again."""
         ...
 
     async def close(self) -> None: ...

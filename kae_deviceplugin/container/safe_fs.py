@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import shutil
 import stat
 from collections.abc import Iterator
@@ -128,8 +129,24 @@ def remove_entry(dir_fd: int, name: str) -> None:
         os.unlink(name, dir_fd=dir_fd)
 
 
+# Per process: during a rolling update two driver instances write the same files (the DRA
+# checkpoint, a claim's CDI spec), and one must never remove or rename the other's half-written
+# temporary file. The PID alone is not enough: two pods' PID namespaces can both have PID 1.
+_INSTANCE = f"{os.getpid()}-{secrets.token_hex(4)}"
+TEMPORARY_SUFFIX = ".tmp"
+
+
 def _temporary(name: str) -> str:
-    return f".{name}.tmp"
+    return f".{name}.{_INSTANCE}{TEMPORARY_SUFFIX}"
+
+
+def remove_temporaries(dir_fd: int, name: str) -> None:
+    """Remove every instance's temporary file of ``name``: leftovers of writers that died.
+    Only for a caller that holds a lock keeping every other writer of ``name`` out."""
+    prefix = f".{name}."
+    for entry in os.listdir(dir_fd):
+        if entry.startswith(prefix) and entry.endswith(TEMPORARY_SUFFIX):
+            remove_entry(dir_fd, entry)
 
 
 def replace_symlink(dir_fd: int, name: str, target: str) -> None:

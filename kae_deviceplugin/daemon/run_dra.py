@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from kae_deviceplugin.apiserver.lightkube_api import connect
+from kae_deviceplugin.apiserver.paced import PacedApi
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container.node_files import ContainerFiles
@@ -43,7 +44,15 @@ def build_dra_daemon(
         raise StartupError(
             f"{err}; pass --kubeconfig FILE outside a pod", code=EXIT_ENVIRONMENT
         ) from None
-    front = DraFrontEnd(settings, api, node, container_files)
+    try:
+        front = DraFrontEnd(settings, PacedApi(api), node, container_files)
+    except OSError as err:  # the plugin directory or its checkpoint: a file in the way, no access
+        where = err.filename or settings.kubelet_root
+        raise StartupError(
+            f"cannot use {where}: {err.strerror or err}; it must be a directory this daemon can "
+            "write (the chart mounts the kubelet's plugins/kae.openfuyao.com and runs as root)",
+            code=EXIT_ENVIRONMENT,
+        ) from None
     scan = scan_loop_for(
         settings,
         counters,

@@ -151,6 +151,7 @@ def write_spec(cdi_dir: Path, uid: str, spec: Mapping[str, object]) -> bool:
     with safe_fs.open_root(cdi_dir) as fd:
         if safe_fs.read_file(fd, spec_file(uid)) == data:
             return False
+        safe_fs.remove_temporaries(fd, spec_file(uid))  # the caller holds the checkpoint lock
         safe_fs.write_file(fd, spec_file(uid), data, mode=0o644)
         os.fsync(fd)
     return True

@@ -214,7 +214,10 @@ class CheckpointFile:
             return decode(file.read(), str(self.path))
 
     def save(self, checkpoint: Checkpoint) -> None:
-        """Replace the file with ``checkpoint``; when this returns, a power cut keeps it."""
+        """Replace the file with ``checkpoint``; when this returns, a power cut keeps it. The
+        caller holds the checkpoint lock, so a temporary file of another writer is a leftover
+        of one that died, and goes."""
         with safe_fs.open_root(self.directory) as fd:
+            safe_fs.remove_temporaries(fd, self.name)
             safe_fs.write_file(fd, self.name, encode(checkpoint), mode=FILE_MODE)
             os.fsync(fd)  # the rename lives in the directory: make it durable too

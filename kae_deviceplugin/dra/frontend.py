@@ -8,11 +8,16 @@ downward API) both names carry it, so a rolling update with maxSurge has two liv
 The checkpoint lives beside the service socket, in the kubelet's own directory, which outlives
 the pod. SIGTERM leaves the slices, the CDI specs and the checkpoint in place: running pods need
 them, and the next instance takes them over.
+
+The API server is never a reason to stop: the kubelet plugin is served from the start, and the
+publishing job (``pool_publishing``) and the stale-claim sweep (``stale_claims``) wait for it,
+retry, and say in ``not_ready`` what they wait for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 from collections.abc import Coroutine, Mapping
@@ -21,8 +26,9 @@ from typing import Any
 
 import grpc
 
-from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_CLAIMS, ApiServer, JsonObject
+from kae_deviceplugin.apiserver.seam import RESOURCE_CLAIMS, ApiServer, JsonObject
 from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.container import safe_fs
 from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.core.broadcast import LatestValue
@@ -40,10 +46,13 @@ from kae_deviceplugin.dra.api import (
 from kae_deviceplugin.dra.checkpoint import CheckpointFile, claimed_queues
 from kae_deviceplugin.dra.health import add_health_servicers
 from kae_deviceplugin.dra.plugin import add_plugin_servicers
+from kae_deviceplugin.dra.pool_publishing import PoolPublishing
 from kae_deviceplugin.dra.prepare import ClaimPreparer
-from kae_deviceplugin.dra.publisher import SlicePublisher
+from kae_deviceplugin.dra.publisher import TAINTS, SlicePublisher
 from kae_deviceplugin.dra.slice_devices import DeviceOptions, device_name
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
+from kae_deviceplugin.dra.stale_claims import StaleClaimSweeper
+from kae_deviceplugin.errors import StartupError
 from kae_deviceplugin.kubelet.pluginwatcher import (
     RegistrationServicer,
     add_registration,
@@ -56,12 +65,13 @@ log = logging.getLogger(__name__)
 STOP_GRACE = 0.5
 
 
-def device_options(settings: Settings) -> DeviceOptions:
+def device_options(settings: Settings, dropped: frozenset[str] = frozenset()) -> DeviceOptions:
     """What the slices publish beyond the description: taints on unhealthy devices unless
-    ``omit``, and consumable queues for the shared engines."""
+    ``omit`` or the API server drops taints (then unhealthy devices are left out), and
+    consumable queues for the shared engines."""
     effect = settings.unhealthy_taint_effect
     return DeviceOptions(
-        taint_effect=None if effect == "omit" else effect,
+        taint_effect=None if effect == "omit" or TAINTS in dropped else effect,
         shared_engines=settings.shared_engines,
     )
 
@@ -88,8 +98,12 @@ class DraFrontEnd:
         self.service_socket = self.plugin_dir / service_name
         self.queues = QueueTotals(settings.sysfs_root)
         self.queue_totals: Mapping[str, int] = {}  # of the last slices built, by PCI address
-        self.node_uid = ""
-        self.publisher = SlicePublisher(api, DRIVER, node, self._slices)
+        self.publishing = PoolPublishing(
+            api,
+            node,
+            self.plugin_dir,
+            lambda job: SlicePublisher(api, DRIVER, node, self._slices),
+        )
         self.preparer = ClaimPreparer(
             pool=node,
             inventory=lambda: self.inventory,
@@ -98,7 +112,12 @@ class DraFrontEnd:
             checkpoint=CheckpointFile(self.plugin_dir),  # a damaged one refuses to start
             cdi_dir=settings.cdi_dir,
         )
+        self.sweeper = StaleClaimSweeper(self.preparer, self._get_claim)
         self._servers: list[grpc.aio.Server] = []
+
+    @property
+    def publisher(self) -> SlicePublisher:
+        return self.publishing.publisher
 
     def serving_policy(self) -> ServingPolicy:
         return ServingPolicy.from_settings(self.settings, self.container_files.problem)
@@ -106,14 +125,16 @@ class DraFrontEnd:
     async def _get_claim(self, namespace: str, name: str) -> JsonObject:
         return await self.api.get(RESOURCE_CLAIMS, name, namespace)
 
-    def _slices(self, inventory: Inventory, generation: int) -> list[JsonObject]:
+    def _slices(
+        self, inventory: Inventory, generation: int, dropped: frozenset[str]
+    ) -> list[JsonObject]:
         self.queue_totals = self.queues.update(inventory)
         plan = build_slices(
             inventory,
-            NodeRef(self.node, self.node_uid),
+            NodeRef(self.node, self.publishing.node_uid),
             generation=generation,
             queues=self.queue_totals,
-            options=device_options(self.settings),
+            options=device_options(self.settings, dropped),
         )
         return list(plan.slices)
 
@@ -130,9 +151,21 @@ class DraFrontEnd:
         }
 
     def prepare(self) -> None:
-        """Create the plugin and registry directories, or refuse in one line."""
+        """Create the plugin, registry and CDI directories, or refuse in one line (before any
+        socket is up: a claim's spec that cannot be written would fail every prepare)."""
         prepare_socket_dir(self.plugin_dir, "plugins")
         prepare_socket_dir(self.registration_socket.parent, "plugins_registry")
+        cdi_dir = self.settings.cdi_dir
+        try:
+            with safe_fs.open_root(cdi_dir):
+                pass
+            if not os.access(cdi_dir, os.W_OK):
+                raise PermissionError(errno.EACCES, "not writable", str(cdi_dir))
+        except OSError as err:
+            raise StartupError(
+                f"--cdi-dir {cdi_dir}: {err.strerror or err}; it must be a directory this "
+                "daemon can write (the container runtime reads claims' CDI specs there)"
+            ) from None
 
     def describe(self) -> str:
         return (
@@ -141,7 +174,7 @@ class DraFrontEnd:
         )
 
     def root_tasks(self) -> list[Coroutine[Any, Any, None]]:
-        return [self._serve(), self._publish()]
+        return [self._serve(), self.publishing.run(self.inventories), self.sweeper.run()]
 
     def not_ready(self) -> list[str]:
         missing = []
@@ -149,9 +182,7 @@ class DraFrontEnd:
             missing.append(self.container_files.problem)
         if DRIVER not in self.registered:
             missing.append("not registered with the kubelet's plugin watcher")
-        if self.publisher.generation == 0:
-            missing.append("ResourceSlices not published")
-        return missing
+        return missing + self.publishing.problems()
 
     async def reconcile(self, inventory: Inventory, settings: Settings) -> None:
         """The node-wide view first (the claims' CDI specs mount it), then every subscriber."""
@@ -160,13 +191,8 @@ class DraFrontEnd:
         self.views = build_views(inventory, settings.engines)
         self.inventories.publish(inventory)
 
-    async def _publish(self) -> None:
-        node = await self.api.get(NODES, self.node)  # the owner of our slices
-        self.node_uid = str(node["metadata"]["uid"])
-        await self.publisher.run(self.inventories)
-
     async def _serve(self) -> None:
-        reconciled = self.preparer.reconcile()
+        reconciled = await self.preparer.reconcile()
         for problem in reconciled.problems:
             log.warning("checkpoint reconcile: %s", problem)
         service = grpc.aio.server()

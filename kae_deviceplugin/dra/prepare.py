@@ -9,15 +9,22 @@ server, and its spec is written again: after a reboot the kubelet prepares again
 deleted by then); an unknown claim is success. Every claim asked gets an answer, its own error
 included: one bad claim never fails the others.
 
-Calls are serialised where they change state (the checkpoint is read, changed and written as
-one step), while the API reads of one call run concurrently.
+Calls are serialised where they change state, while the API reads of one call run
+concurrently. Two driver instances run on one node during a rolling update, so "serialised" is
+across processes: every read-modify-write of the checkpoint and of the specs it names happens
+under ``checkpoint.lock`` (``file_lock``), with the checkpoint read again under the lock;
+nothing another instance can change is trusted from memory. A claim unprepared while its
+prepare was reading it from the API server is not recorded by that prepare: the kubelet's
+latest word wins, and no record or spec is left behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,6 +40,7 @@ from kae_deviceplugin.dra.checkpoint import (
     PreparedDevice,
 )
 from kae_deviceplugin.dra.claims import ClaimRef, allocated_devices
+from kae_deviceplugin.dra.file_lock import FileLock
 from kae_deviceplugin.dra.slice_devices import device_name
 from kae_deviceplugin.errors import ClaimRefused
 
@@ -40,6 +48,8 @@ log = logging.getLogger(__name__)
 
 GetClaim = Callable[[str, str], Awaitable[Mapping[str, Any]]]
 CLAIM_READ_TIMEOUT = 30.0  # the kubelet gives the whole call 45 s
+LOCK_TIMEOUT = 10.0  # another instance holds checkpoint.lock for milliseconds, not seconds
+LOCK_NAME = "checkpoint.lock"
 
 
 class ContainerPolicy(Protocol):
@@ -87,12 +97,24 @@ class ClaimPreparer:
         self.checkpoint = checkpoint
         self.cdi_dir = cdi_dir
         self.claim_timeout = claim_timeout
+        # What the checkpoint said when last read: for metrics and to skip API reads of claims
+        # already prepared; every change reads the file again under the lock.
         self.state: Checkpoint = checkpoint.load()  # a damaged checkpoint refuses to start
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Lock()  # this process's calls, before they take the file lock
+        self.file_lock = FileLock(checkpoint.directory / LOCK_NAME)
+        self._unprepares: Counter[str] = Counter()  # by claim UID, to see one overtake a read
+
+    @contextlib.asynccontextmanager
+    async def locked(self) -> AsyncIterator[Checkpoint]:
+        """Both locks, and the checkpoint as it is on disk now."""
+        async with self._lock, self.file_lock.held_for(LOCK_TIMEOUT):
+            self.state = self.checkpoint.load()
+            yield self.state
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimAnswer]:
         """An answer for every claim asked, keyed by UID."""
         asked = [c for c in claims if c.uid not in self.state.claims]
+        unprepares = {c.uid: self._unprepares[c.uid] for c in asked}
         fetched = dict(
             zip(
                 (c.uid for c in asked),
@@ -100,9 +122,13 @@ class ClaimPreparer:
                 strict=True,
             )
         )
-        async with self._lock:
+        async with self.locked() as current:
+            # Checked under the lock: an unprepare counts itself before it waits for the lock.
+            for uid, seen in unprepares.items():
+                if self._unprepares[uid] != seen:  # the kubelet unprepared it meanwhile
+                    fetched[uid] = ClaimRefused(f"claim {uid} was unprepared while being read")
             answers: dict[str, ClaimAnswer] = {}
-            state, written = self.state, []
+            state, written = current, []
             for claim in claims:
                 try:
                     results = self._results_now(claim, fetched)
@@ -191,7 +217,8 @@ class ClaimPreparer:
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         """An error text for every claim asked ("" for success), keyed by UID."""
-        async with self._lock:
+        self._unprepares.update(c.uid for c in claims)
+        async with self.locked():
             recorded = {
                 c.uid: self.state.claims[c.uid].cdi_spec
                 for c in claims
@@ -221,8 +248,12 @@ class ClaimPreparer:
             return f"cannot remove the CDI spec: {err}"
         return ""
 
-    def reconcile(self) -> Reconciled:
+    async def reconcile(self) -> Reconciled:
         """At start: remove specs no claim holds, bring every checkpointed claim's spec back."""
+        async with self.locked():
+            return self._reconcile_locked()
+
+    def _reconcile_locked(self) -> Reconciled:
         removed, rewritten, problems = [], [], []
         for uid in sorted(cdi_claims.spec_uids(self.cdi_dir) - set(self.state.claims)):
             cdi_claims.remove_spec(self.cdi_dir, uid)

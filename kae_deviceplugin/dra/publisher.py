@@ -1,23 +1,22 @@
 """Keeps the node's ResourceSlices in the API equal to what the inventory says, and no more.
 
-One reconcile compares the slices the API holds (listed by ``spec.driver`` and ``spec.nodeName``)
-with the ones the current inventory makes: exactly with what this publisher last wrote while the
-server still holds that version, else field by field both ways (the server's copy may add only
-the taints' ``timeAdded``: a lifted taint is a removal). Nothing is written when they agree,
-so a driver at rest costs the API server nothing; otherwise the pool's generation goes up by one
-and only the slices that differ are created, replaced or deleted, each standing taint keeping
-the ``timeAdded`` the server gave it. A watch on the same selector wakes the loop when someone
-else changes or deletes a slice (the kubelet wipes a node's slices at its start and 30 s after
-losing the driver), and the next reconcile writes them back. What the API server returns is
-compared with what was written: a field it drops silently (its feature gate off) is logged as an
-error once, not re-written forever.
+The informer (``slice_informer``) holds the API's copy, re-listed whenever its watch starts
+again; ``pool_rules.plan`` says what to write; this loop writes it, one slice at a time, each
+slice with a backoff of its own that only its own success clears, so neither a new inventory
+nor a watch event can make a refused write come back sooner (a 403 from RBAC or an admission
+policy, a 422 after an upgrade, a 429 from priority and fairness). Every request also takes a
+token of the client's bucket (``apiserver.paced``), the bound under every path.
+
+What the API server returns is compared with what was written: a field it drops silently
+(its feature gate off) is logged as an error once and not re-written forever. Device taints
+are the one such field the driver must act on: without them an unhealthy device would stay
+allocatable while prepare refuses it, so from then on unhealthy devices are left out of the
+slices instead (``dropped`` tells the slice builder).
 
 A device that flaps (a driver unbinding and binding again, uevents every 100 ms) would cost a
 write per flap, on every node where it happens. So while changes keep coming, a node writes at
 most once per ``min_interval`` (0.5 s): a change within that time of the last write waits for
-the rest of it, and then the newest inventory is published, the ones in between never are. A
-lone change after a quiet spell goes at once; a held one waits at most 0.5 s more, so a health
-change still reaches the API within a second.
+the rest of it, and then the newest inventory is published, the ones in between never are.
 """
 
 from __future__ import annotations
@@ -25,90 +24,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import re
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from kae_deviceplugin.apiserver.seam import RESOURCE_SLICES, ApiServer, JsonObject
-from kae_deviceplugin.core.broadcast import LatestValue, wait_until_set
+from kae_deviceplugin.core.backoff import Backoff
+from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.dra import pool_rules
+from kae_deviceplugin.dra.slice_informer import SliceInformer
 from kae_deviceplugin.errors import ApiError
 
 log = logging.getLogger(__name__)
 
-RETRY_START = 0.2  # after a failed reconcile or a broken watch, doubled up to RETRY_CAP
-RETRY_CAP = 10.0
 MIN_INTERVAL = 0.5  # between writes while changes keep coming (see above)
-# Slices of one inventory at one pool generation (dra.slices.build_slices, bound to the node).
-Builder = Callable[[Inventory, int], Sequence[JsonObject]]
-
-
-def dropped_fields(written: Any, read: Any, path: str = "") -> list[str]:
-    """Paths of what ``written`` holds and ``read`` lacks or holds otherwise (read may add)."""
-    if isinstance(written, Mapping) and isinstance(read, Mapping):
-        return [
-            missing
-            for key, value in written.items()
-            for missing in (
-                dropped_fields(value, read[key], f"{path}.{key}")
-                if key in read
-                else [f"{path}.{key}"]
-            )
-        ]
-    if isinstance(written, list) and isinstance(read, list) and len(written) == len(read):
-        return [m for i, (w, r) in enumerate(zip(written, read, strict=True)) for m in
-                dropped_fields(w, r, f"{path}[{i}]")]  # fmt: skip
-    return [] if written == read else [path or "."]
-
-
-def field_of(path: str) -> str:
-    """A dropped path as a field, the same for every device: ``spec.devices[].capacity``."""
-    return re.sub(r"\[\d+\]", "[]", path.lstrip("."))
-
-
-def _content(slice_: Mapping[str, Any]) -> JsonObject:
-    """A slice's spec without the pool generation: what a change of the inventory changes."""
-    spec = dict(slice_["spec"])
-    spec["pool"] = {k: v for k, v in spec["pool"].items() if k != "generation"}
-    return {"spec": spec, "owners": slice_["metadata"].get("ownerReferences")}
-
-
-def keep_taint_times(body: JsonObject, old: Mapping[str, Any]) -> JsonObject:
-    """``body`` with the ``timeAdded`` the server stamped on each taint ``old`` already had
-    (same device, key, value and effect). The server stamps a taint written without one, so
-    re-sending a slice for another device's change would otherwise restart the clock of every
-    standing taint, and with it a NoExecute toleration's ``tolerationSeconds``."""
-    times = {
-        (device.get("name"), t.get("key"), t.get("value"), t.get("effect")): t["timeAdded"]
-        for device in old.get("spec", {}).get("devices", [])
-        for t in device.get("taints", [])
-        if "timeAdded" in t
-    }
-    if not times:
-        return body
-    devices = []
-    for device in body["spec"]["devices"]:
-        taints = [
-            {**t, "timeAdded": times[key]} if (key := _taint_key(device, t)) in times else t
-            for t in device.get("taints", [])
-        ]
-        devices.append({**device, "taints": taints} if taints else device)
-    return {**body, "spec": {**body["spec"], "devices": devices}}
-
-
-def _taint_key(device: Mapping[str, Any], taint: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (device.get("name"), taint.get("key"), taint.get("value"), taint.get("effect"))
-
-
-def _without_taint_times(content: JsonObject) -> JsonObject:
-    """A slice's content without the ``timeAdded`` the server stamps on each taint."""
-    devices = [
-        {**d, "taints": [{k: v for k, v in t.items() if k != "timeAdded"} for t in d["taints"]]}
-        if d.get("taints")
-        else d
-        for d in content["spec"].get("devices", [])
-    ]
-    return {**content, "spec": {**content["spec"], "devices": devices}}
+TAINTS = "spec.devices[].taints"
+# Slices of one inventory at one pool generation, given the fields the server drops.
+Builder = Callable[[Inventory, int, frozenset[str]], Sequence[JsonObject]]
 
 
 class SlicePublisher:
@@ -122,95 +54,110 @@ class SlicePublisher:
         build: Builder,
         *,
         min_interval: float = MIN_INTERVAL,
+        backoff: Backoff | None = None,
     ) -> None:
         self.api = api
-        self.selector = {"spec.driver": driver, "spec.nodeName": node}
         self.build = build
-        self.generation = 0  # the pool generation last written or found
+        self.memory = pool_rules.Memory()
         self.writes = 0  # API writes made, for the benchmark and the tests
-        self._reported: set[str] = set()  # dropped fields already logged
-        # Per slice we wrote: the resourceVersion the server gave it and what we wrote. While
-        # the server still holds that version, "agrees" is an exact comparison with it, so a
-        # removal (a lifted taint) is a change though the server's copy holds more than we sent.
-        self._written: dict[str, tuple[str, JsonObject]] = {}
-        self.wake = asyncio.Event()
+        self.backoff = backoff or Backoff()
+        selector = {"spec.driver": driver, "spec.nodeName": node}
+        self.informer = SliceInformer(api, selector, Backoff(rng=self.backoff.rng))
+        self.informer.on_recovered = self.backoff.server_back
         self.min_interval = min_interval
         self._last_write = -math.inf  # loop time of the last reconcile that wrote
+        self._failing: dict[str, str] = {}  # slice -> why its last write failed
+        self._again = asyncio.Event()  # a reconcile found it must run again at once
+
+    @property
+    def generation(self) -> int:
+        """The pool generation last written or found (0: nothing published yet)."""
+        return self.memory.generation
+
+    @property
+    def dropped(self) -> frozenset[str]:
+        return frozenset(self.memory.dropped)
+
+    def problems(self) -> list[str]:
+        """What keeps the API's pool from being current, for ``/readyz``."""
+        found = [self.informer.problem] if self.informer.problem else []
+        return found + [f"ResourceSlice {n} not written: {e}" for n, e in self._failing.items()]
 
     async def reconcile(self, inventory: Inventory) -> int:
-        """Make the API's slices those of ``inventory``; the number of writes it took."""
-        existing = {
-            s["metadata"]["name"]: s for s in await self.api.list(RESOURCE_SLICES, self.selector)
-        }
-        generations = [s["spec"]["pool"].get("generation", 0) for s in existing.values()]
-        self.generation = max([self.generation, *generations])
-        wanted = self.build(inventory, self.generation)
-        if self._agrees(existing, wanted) and len(set(generations)) == 1:
+        """One pass against the informer's copy; the writes made. A slice in backoff is left
+        for a later pass."""
+        found = map(pool_rules.generation_of, self.informer.slices.values())
+        self.memory.generation = max([self.memory.generation, *found])
+        plan = pool_rules.plan(
+            self.informer.slices,
+            lambda generation: self.build(inventory, generation, self.dropped),
+            self.memory,
+        )
+        if plan is None:
             return 0
-        self.generation += 1
-        wanted = self.build(inventory, self.generation)
+        self.memory.generation = plan.generation
         writes = 0
-        for body in wanted:
-            name = body["metadata"]["name"]
-            old = existing.pop(name, None)
-            if old is None:
-                read = await self.api.create(RESOURCE_SLICES, body)
-            else:
-                metadata = {
-                    **body["metadata"],
-                    "resourceVersion": old["metadata"]["resourceVersion"],
-                }
-                sent = keep_taint_times({**body, "metadata": metadata}, old)
-                read = await self.api.replace(RESOURCE_SLICES, sent)
-            self._check(body, read)
-            version = read.get("metadata", {}).get("resourceVersion")
-            if version is not None:
-                self._written[name] = (str(version), _content(body))
-            writes += 1
-        for name in existing:  # left over from a larger pool
-            await self.api.delete(RESOURCE_SLICES, name)
-            writes += 1
+        for name in plan.deletes:
+            writes += await self._attempt(name, None)
+        for body in plan.writes:
+            writes += await self._attempt(body["metadata"]["name"], body)
         self.writes += writes
-        log.info("published %d ResourceSlice(s) at pool generation %d (%d writes)",
-                 len(wanted), self.generation, writes)  # fmt: skip
+        if writes:
+            log.info("published the pool at generation %d (%d writes)", plan.generation, writes)
         return writes
 
-    def _agrees(self, existing: Mapping[str, JsonObject], wanted: Sequence[JsonObject]) -> bool:
-        if set(existing) != {body["metadata"]["name"] for body in wanted}:
-            return False
-        return all(self._same(body, existing[body["metadata"]["name"]]) for body in wanted)
+    async def _attempt(self, name: str, body: JsonObject | None) -> int:
+        """Write (or with no body, delete) one slice unless it is in backoff; 1 if written."""
+        now = asyncio.get_running_loop().time()
+        if self.backoff.not_before(name) > now:
+            return 0
+        try:
+            if body is None:
+                await self.api.delete(RESOURCE_SLICES, name)
+                self.informer.deleted(name)
+            else:
+                self._stored(body, await self._send(body))
+        except ApiError as err:
+            if body is None and err.status == 404:  # already gone: what we wanted
+                self.informer.deleted(name)
+                return 0
+            self._failed(name, err, now)
+            return 0
+        self.backoff.succeeded(name)
+        if self._failing.pop(name, None) is not None:
+            log.info("ResourceSlice %s written again", name)
+        return 1
 
-    def _same(self, body: JsonObject, stored: JsonObject) -> bool:
-        written = self._written.get(body["metadata"]["name"])
-        if written is not None and written[0] == stored["metadata"].get("resourceVersion"):
-            return written[1] == _content(body)
-        # Found, not ours (a restart, or someone else wrote it): what we would write must be
-        # there (a field the server does not keep, reported once, is no reason to write again),
-        # and nothing more but the taints' timeAdded: a lifted taint, or sharing turned off
-        # across a restart, is a removal. A default the server adds costs one write after a
-        # restart, after which the exact comparison above takes over.
-        if dropped_fields(_without_taint_times(_content(stored)), _content(body)):
-            return False
-        return all(
-            field_of(path) in self._reported
-            for path in dropped_fields(_content(body), _content(stored))
-        )
+    async def _send(self, body: JsonObject) -> JsonObject:
+        if "resourceVersion" in body["metadata"]:
+            return await self.api.replace(RESOURCE_SLICES, body)
+        return await self.api.create(RESOURCE_SLICES, body)
 
-    def _check(self, written: JsonObject, read: JsonObject) -> None:
-        """Log, once each, fields the API server did not keep (e.g. a feature gate is off)."""
-        for path in dropped_fields(written["spec"], read.get("spec", {}), "spec"):
-            field = field_of(path)
-            if field not in self._reported:
-                self._reported.add(field)
-                log.error(
-                    "the API server did not keep %s of ResourceSlice %s (a feature gate off?)",
-                    field,
-                    written["metadata"]["name"],
-                )
+    def _stored(self, sent: JsonObject, read: JsonObject) -> None:
+        name = sent["metadata"]["name"]
+        self.informer.wrote(read)
+        version = read.get("metadata", {}).get("resourceVersion")
+        if version is not None:
+            wrote = pool_rules.without_taint_times(pool_rules.content(sent))
+            self.memory.written[name] = (str(version), wrote)
+        for missing in pool_rules.newly_dropped(sent, read, self.memory.dropped):
+            self.memory.dropped.add(missing)
+            log.error("the API server did not keep %s of ResourceSlice %s (a feature gate off?)",
+                      missing, name)  # fmt: skip
+            if missing == TAINTS:
+                log.error("unhealthy devices are left out of the pool from now on, so that no "
+                          "claim is placed on a device that prepare would refuse")  # fmt: skip
+                self._again.set()
+
+    def _failed(self, name: str, err: ApiError, now: float) -> None:
+        delay = self.backoff.failed(name, now, transient=err.status == 0)
+        if self._failing.get(name) != str(err):
+            log.warning("ResourceSlice %s not written: %s; retrying in %.1f s", name, err, delay)
+        self._failing[name] = str(err)
 
     async def run(self, inventories: LatestValue[Inventory]) -> None:
-        """Reconcile on every new inventory and whenever the watch sees our slices change."""
-        watcher = asyncio.create_task(self._watch())
+        """Keep the informer running and reconcile whenever the inventory or the API changes."""
+        watcher = asyncio.create_task(self.informer.run(), name="slice-informer")
         try:
             await self._follow(inventories)
         finally:
@@ -218,38 +165,40 @@ class SlicePublisher:
             await asyncio.gather(watcher, return_exceptions=True)
 
     async def _follow(self, inventories: LatestValue[Inventory]) -> None:
-        delay = RETRY_START
         updates = inventories.updates()
-        _version, latest = await anext(updates)  # the current one, so it is not reconciled twice
+        _version, latest = await anext(updates)
         pending: asyncio.Future[tuple[int, Inventory]] = asyncio.ensure_future(anext(updates))
         try:
             while True:
+                await self.informer.synced.wait()  # a copy of the API's pool to compare with
                 latest, pending = await _newest(latest, pending, updates)
-                try:
-                    if await self.reconcile(latest):
-                        self._last_write = asyncio.get_running_loop().time()
-                    delay = RETRY_START
-                except ApiError as err:
-                    log.warning("ResourceSlices not published: %s; retrying in %.1f s", err, delay)
-                    await wait_until_set(self.wake, delay)
-                    delay = min(delay * 2, RETRY_CAP)
-                    continue
-                await self._until_woken(pending)
+                self.informer.changed.clear()
+                self._again.clear()
+                started = asyncio.get_running_loop().time()
+                if await self.reconcile(latest):
+                    self._last_write = asyncio.get_running_loop().time()
+                await self._until_next(pending, started)
                 await self._pace()
-                # Cleared only now: the next reconcile lists after this, so it sees whatever
-                # woke us meanwhile.
-                self.wake.clear()
         finally:
             pending.cancel()
 
-    async def _until_woken(self, pending: asyncio.Future[tuple[int, Inventory]]) -> None:
-        """Until a new inventory is published or the watch wakes us."""
-        wake = asyncio.ensure_future(self.wake.wait())
-        waiters: list[asyncio.Future[Any]] = [pending, wake]
+    async def _until_next(
+        self, pending: asyncio.Future[tuple[int, Inventory]], started: float
+    ) -> None:
+        """Until a new inventory, a change in the API, or the end of the soonest backoff of a
+        write the reconcile that ``started`` then had to leave."""
+        waiters: list[asyncio.Future[Any]] = [
+            pending,
+            asyncio.ensure_future(self.informer.changed.wait()),
+            asyncio.ensure_future(self._again.wait()),
+        ]
+        earliest = self.backoff.earliest(after=started)
+        timeout = None if earliest is None else earliest - asyncio.get_running_loop().time()
         try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:  # also when cancelled: no waiter is left pending at loop close
-            wake.cancel()
+            for waiter in waiters[1:]:
+                waiter.cancel()
 
     async def _pace(self) -> None:
         """Hold a change that comes within ``min_interval`` of the last write (a flapping
@@ -257,21 +206,6 @@ class SlicePublisher:
         wait = self._last_write + self.min_interval - asyncio.get_running_loop().time()
         if wait > 0:
             await asyncio.sleep(wait)
-
-    async def _watch(self) -> None:
-        """Wake the loop on any event of our slices that we did not cause ourselves."""
-        delay = RETRY_START
-        while True:
-            try:
-                async for event, obj in self.api.watch(RESOURCE_SLICES, self.selector):
-                    generation = obj.get("spec", {}).get("pool", {}).get("generation")
-                    if event == "DELETED" or generation != self.generation:
-                        self.wake.set()
-                delay = RETRY_START
-            except ApiError as err:
-                log.warning("watch of ResourceSlices broke: %s; again in %.1f s", err, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_CAP)
 
 
 async def _newest(

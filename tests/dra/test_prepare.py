@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.dra.checkpoint import Checkpoint, CheckpointFile
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.prepare import ClaimAnswer, ClaimPreparer
 from kae_deviceplugin.testing.dra_claims import Result, claim_object
@@ -186,14 +188,33 @@ def test_unprepare_needs_only_the_checkpoint(node: Node) -> None:
     assert node.checkpoint.load().claims == {}
 
 
-def test_a_claim_that_cannot_be_recorded_is_not_prepared(node: Node) -> None:
-    """If the checkpoint cannot be written, the claim fails and its spec is taken back."""
+def test_a_claim_that_cannot_be_recorded_is_not_prepared(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the checkpoint cannot be written (the disk full), the claim fails and the spec its
+    prepare wrote is taken back."""
+    preparer = node.preparer()
+    claim = _claim(node, "c1", Result("hpre", HPRE_0, POOL))
+
+    def full(_self: CheckpointFile, _checkpoint: Checkpoint) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(CheckpointFile, "save", full)
+    answer = _prepare(preparer, claim)[claim.uid]
+    assert "cannot record the claim" in answer.error and "No space" in answer.error
+    assert not node.spec_path(claim.uid).exists()
+
+
+def test_a_plugin_directory_in_the_way_fails_the_call_not_the_daemon(node: Node) -> None:
+    """The plugin directory replaced by a file: the checkpoint lock cannot be taken, so the
+    call raises OSError naming it (the servicer answers each claim with it), and nothing is
+    written to the CDI directory."""
     preparer = node.preparer()
     claim = _claim(node, "c1", Result("hpre", HPRE_0, POOL))
     (node.root / "plugin").rmdir()
     (node.root / "plugin").write_text("not a directory")
-    answer = _prepare(preparer, claim)[claim.uid]
-    assert "cannot record the claim" in answer.error
+    with pytest.raises(NotADirectoryError, match=r"checkpoint\.lock"):
+        _prepare(preparer, claim)
     assert not node.spec_path(claim.uid).exists()
 
 
@@ -216,12 +237,13 @@ def test_reconcile_removes_orphans_and_restores_missing_specs(node: Node) -> Non
     foreign = [node.cdi_dir / "openfuyao.com-kae.json", node.cdi_dir / "vendor.com-gpu_x.json"]
     for path in foreign:
         path.write_text("{}")
-    report = node.preparer().reconcile()
+    report = asyncio.run(node.preparer().reconcile())
     assert report.removed == ("0d1e5e57-aaaa-4bbb-8ccc-000000000000",)
     assert report.rewritten == (kept.uid,) and report.problems == ()
     assert node.spec_path(kept.uid).is_file() and not orphan.exists()
     assert all(path.read_text() == "{}" for path in foreign)
-    assert node.preparer().reconcile() == dataclasses.replace(report, removed=(), rewritten=())
+    again = asyncio.run(node.preparer().reconcile())
+    assert again == dataclasses.replace(report, removed=(), rewritten=())
 
 
 def test_reconcile_reports_a_device_that_left(node: Node) -> None:
@@ -231,7 +253,7 @@ def test_reconcile_reports_a_device_that_left(node: Node) -> None:
     _prepare(node.preparer(), claim)
     node.spec_path(claim.uid).unlink()
     node.inventory = Inventory(tuple(d for d in node.inventory if d.name != "hisi_hpre-2"))
-    report = node.preparer().reconcile()
+    report = asyncio.run(node.preparer().reconcile())
     assert len(report.problems) == 1 and HPRE_0 in report.problems[0]
     assert claim.uid in node.checkpoint.load().claims
 

@@ -70,7 +70,7 @@ def test_the_dra_front_end_sums_the_claims_of_each_shared_device(tmp_path: Path)
     )
     front = DraFrontEnd(settings, FakeApiServer(), "worker-1", ContainerFiles())
     front.inventory = inventory
-    front._slices(inventory, 1)  # what the publisher calls: it learns the queue totals
+    front._slices(inventory, 1, frozenset())  # what the publisher calls: it learns the queue totals
     front.preparer.state = Checkpoint(
         {
             uid: PreparedClaim(
