@@ -15,6 +15,7 @@ one, so every byte count is the real driver's.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import dataclasses
 import functools
@@ -101,6 +102,16 @@ class CountingApi:
         self.published |= kind == RESOURCE_SLICES and bool(found)
         return found
 
+    async def list_versioned(
+        self, kind: Kind, field_selector: Mapping[str, str]
+    ) -> tuple[builtins.list[JsonObject], str]:
+        self.counts.reads += 1
+        with self._failures():
+            found, version = await self.inner.list_versioned(kind, field_selector)
+        self.counts.received += size(found)
+        self.published |= kind == RESOURCE_SLICES and bool(found)
+        return found, version
+
     @contextlib.contextmanager
     def _failures(self) -> Iterator[None]:
         try:
@@ -130,11 +141,11 @@ class CountingApi:
             await self.inner.delete(kind, name, namespace)
 
     async def watch(
-        self, kind: Kind, field_selector: Mapping[str, str]
+        self, kind: Kind, field_selector: Mapping[str, str], start: str | None = None
     ) -> AsyncIterator[tuple[str, JsonObject]]:
         self.counts.watches += 1
         with self._failures():
-            async for event, obj in self.inner.watch(kind, field_selector):
+            async for event, obj in self.inner.watch(kind, field_selector, start):
                 self.counts.events += 1
                 self.counts.received += size(obj)
                 yield event, obj
@@ -215,7 +226,9 @@ class FleetNode:
     publisher: SlicePublisher | None = None
     task: asyncio.Task[None] | None = None
 
-    def build(self, inventory: Inventory, generation: int) -> list[JsonObject]:
+    def build(
+        self, inventory: Inventory, generation: int, dropped: frozenset[str]
+    ) -> list[JsonObject]:
         plan = build_slices(
             inventory, self.ref, generation=generation, queues=self.queues, options=self.options
         )

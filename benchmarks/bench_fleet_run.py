@@ -195,20 +195,15 @@ async def changes(bench: Bench, fleet: Fleet, sequence: Sequence[Inventory]) -> 
 
 
 async def _one_change(bench: Bench, node: FleetNode, inventory: Inventory) -> Counts:
-    """Publish ``inventory`` to ``node`` and wait until it is written, or listed and found equal
-    (a change the publisher does not see as one is a finding to print, not a reason to hang)."""
+    """Publish ``inventory`` to ``node`` and wait until it is written, or for 2 s (the
+    publisher compares with its informer's copy, so a change it finds equal makes no request at
+    all: a finding to print, not a reason to hang)."""
     publisher, counts = node.publisher, bench.counts
     assert publisher is not None
     was, writes = dataclasses.replace(counts), publisher.writes
-
-    def reconciled() -> bool:
-        return publisher.writes > writes or counts.reads > was.reads
-
     node.inventories.publish(inventory)
-    await until(reconciled, 30, f"{node.ref.name}: a change reconciled")
-    if publisher.writes == writes:  # listed: the write, if any, follows within milliseconds
-        with contextlib.suppress(TimeoutError):
-            await until(lambda: publisher.writes > writes, 1.0, "")
+    with contextlib.suppress(TimeoutError):
+        await until(lambda: publisher.writes > writes, 2.0, "")
     return counts.since(was)
 
 
