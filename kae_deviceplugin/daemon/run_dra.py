@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import Any
 
 from kae_deviceplugin.apiserver.lightkube_api import connect
@@ -15,6 +16,7 @@ from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats
+from kae_deviceplugin.dra.api import plugin_dir
 from kae_deviceplugin.dra.frontend import DraFrontEnd
 from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, ApiError, StartupError
 
@@ -47,7 +49,8 @@ def build_dra_daemon(
     try:
         front = DraFrontEnd(settings, PacedApi(api), node, container_files)
     except OSError as err:  # the plugin directory or its checkpoint: a file in the way, no access
-        where = err.filename or settings.kubelet_root
+        named = Path(str(err.filename or ""))  # relative when met on the way down a dir fd
+        where = named if named.is_absolute() else plugin_dir(settings.kubelet_root)
         raise StartupError(
             f"cannot use {where}: {err.strerror or err}; it must be a directory this daemon can "
             "write (the chart mounts the kubelet's plugins/kae.openfuyao.com and runs as root)",

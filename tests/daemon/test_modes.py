@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +62,40 @@ def test_dra_mode_without_any_credentials_is_refused(
     with pytest.raises(StartupError, match="--kubeconfig FILE") as caught:
         build_for_mode(settings)
     assert caught.value.exit_code == 3
+
+
+def _dra_settings(tmp_path: Path) -> Any:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    return dataclasses.replace(
+        demo_settings(tmp_path), mode="dra", node_name="node-a", kubeconfig=kubeconfig
+    )
+
+
+def test_a_file_where_the_plugin_directory_goes_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    """<kubelet-root>/plugins/kae.openfuyao.com is a regular file: a StartupError (exit 3)
+    naming that path and what it must be, not a NotADirectoryError traceback."""
+    settings = _dra_settings(tmp_path)
+    plugin = settings.kubelet_root / "plugins" / "kae.openfuyao.com"
+    plugin.parent.mkdir(parents=True, exist_ok=True)
+    plugin.write_text("in the way")
+    with pytest.raises(StartupError, match="must be a directory") as caught:
+        build_for_mode(settings)
+    assert caught.value.exit_code == 3 and str(plugin) in str(caught.value)
+
+
+def test_a_file_as_the_cdi_directory_is_refused_before_any_socket(tmp_path: Path) -> None:
+    """--cdi-dir names a regular file: the front end's prepare (before any socket is bound)
+    refuses with exit 3 naming the flag and the path."""
+    cdi = tmp_path / "cdi-file"
+    cdi.write_text("in the way")
+    settings = dataclasses.replace(_dra_settings(tmp_path), cdi_dir=cdi)
+    front = build_for_mode(settings).front
+    with pytest.raises(StartupError, match=r"--cdi-dir .*cdi-file: Not a directory") as caught:
+        front.prepare()
+    assert caught.value.exit_code == 3
+    assert not list((settings.kubelet_root / "plugins_registry").glob("*.sock"))
