@@ -43,6 +43,13 @@ from kae_deviceplugin.dra.api import (
     plugin_dir,
     socket_names,
 )
+from kae_deviceplugin.dra.cdi_runtime import (
+    CONTAINERD_CONFIG,
+    ISULAD_CONFIG,
+    CdiSupport,
+    cdi_support,
+    read_config,
+)
 from kae_deviceplugin.dra.checkpoint import CheckpointFile, claimed_queues
 from kae_deviceplugin.dra.health import add_health_servicers
 from kae_deviceplugin.dra.plugin import add_plugin_servicers
@@ -98,11 +105,14 @@ class DraFrontEnd:
         self.service_socket = self.plugin_dir / service_name
         self.queues = QueueTotals(settings.sysfs_root)
         self.queue_totals: Mapping[str, int] = {}  # of the last slices built, by PCI address
+        self.cdi = CdiSupport(None, "not known yet")  # from the Node, once the API answers
+        self.runtime_configs = (CONTAINERD_CONFIG, ISULAD_CONFIG)  # as the chart mounts them
         self.publishing = PoolPublishing(
             api,
             node,
             self.plugin_dir,
             lambda job: SlicePublisher(api, DRIVER, node, self._slices),
+            on_node=self._runtime_from,
         )
         self.preparer = ClaimPreparer(
             pool=node,
@@ -111,6 +121,7 @@ class DraFrontEnd:
             get_claim=self._get_claim,
             checkpoint=CheckpointFile(self.plugin_dir),  # a damaged one refuses to start
             cdi_dir=settings.cdi_dir,
+            refusal=lambda: self.cdi.reason if self.cdi.refused else None,
         )
         self.sweeper = StaleClaimSweeper(self.preparer, self._get_claim)
         self._servers: list[grpc.aio.Server] = []
@@ -125,9 +136,29 @@ class DraFrontEnd:
     async def _get_claim(self, namespace: str, name: str) -> JsonObject:
         return await self.api.get(RESOURCE_CLAIMS, name, namespace)
 
+    def _runtime_from(self, node: JsonObject) -> None:
+        """What the node's container runtime does with CDI devices: a runtime that does not
+        apply them gets an empty pool and every claim refused, with the fix in the log."""
+        version = str(node.get("status", {}).get("nodeInfo", {}).get("containerRuntimeVersion", ""))
+        try:
+            self.cdi = cdi_support(
+                version,
+                containerd_config=read_config(self.runtime_configs[0]),
+                isulad_config=read_config(self.runtime_configs[1]),
+                containerd_path=self.runtime_configs[0],
+                isulad_path=self.runtime_configs[1],
+            )
+        except OSError as err:
+            self.cdi = CdiSupport(None, version)
+            log.warning("cannot tell whether %s applies CDI devices: %s", version, err)
+        if self.cdi.refused:
+            log.error("no KAE device is published and every claim is refused: %s", self.cdi.reason)
+
     def _slices(
         self, inventory: Inventory, generation: int, dropped: frozenset[str]
     ) -> list[JsonObject]:
+        if self.cdi.refused:  # no claim could reach its container: offer none
+            inventory = Inventory()
         self.queue_totals = self.queues.update(inventory)
         plan = build_slices(
             inventory,
@@ -182,6 +213,8 @@ class DraFrontEnd:
             missing.append(self.container_files.problem)
         if DRIVER not in self.registered:
             missing.append("not registered with the kubelet's plugin watcher")
+        if self.cdi.refused:
+            missing.append(self.cdi.reason)
         return missing + self.publishing.problems()
 
     async def reconcile(self, inventory: Inventory, settings: Settings) -> None:

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from kae_deviceplugin.apiserver.seam import NODES, ApiServer
+from kae_deviceplugin.apiserver.seam import NODES, ApiServer, JsonObject
 from kae_deviceplugin.core.backoff import Backoff
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
@@ -48,6 +48,7 @@ class PoolPublishing:
         make_publisher: Callable[[PoolPublishing], SlicePublisher],
         *,
         backoff: Backoff | None = None,
+        on_node: Callable[[JsonObject], None] = lambda node: None,
     ) -> None:
         self.api = api
         self.node = node
@@ -56,6 +57,7 @@ class PoolPublishing:
         self.node_uid = ""  # the owner of our slices, once the API server told us
         self.standby = False
         self.waiting: str | None = None  # what the job waits for, while it does
+        self.on_node = on_node  # told the Node once found, before anything is published
         self.publisher = make_publisher(self)
 
     def problems(self) -> list[str]:
@@ -103,6 +105,7 @@ class PoolPublishing:
         while not self.node_uid:
             try:
                 node = await self.api.get(NODES, self.node)
+                self.on_node(node)
                 self.node_uid = str(node["metadata"]["uid"])
             except ApiError as err:
                 delay = self.backoff.failed(NODE, loop.time(), transient=err.status == 0)

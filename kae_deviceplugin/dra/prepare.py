@@ -89,6 +89,7 @@ class ClaimPreparer:
         checkpoint: CheckpointFile,
         cdi_dir: Path,
         claim_timeout: float = CLAIM_READ_TIMEOUT,
+        refusal: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.pool = pool
         self.inventory = inventory
@@ -97,6 +98,7 @@ class ClaimPreparer:
         self.checkpoint = checkpoint
         self.cdi_dir = cdi_dir
         self.claim_timeout = claim_timeout
+        self.refusal = refusal  # why no claim can be served on this node now (CDI off), if so
         # What the checkpoint said when last read: for metrics and to skip API reads of claims
         # already prepared; every change reads the file again under the lock.
         self.state: Checkpoint = checkpoint.load()  # a damaged checkpoint refuses to start
@@ -175,6 +177,8 @@ class ClaimPreparer:
         """The claim's answer, its spec written first; and whether the spec file changed."""
         if not results:  # nothing of ours in this claim: nothing for the runtime either
             return ClaimAnswer(), False
+        if (refusal := self.refusal()) is not None:
+            raise ClaimRefused(f"claim {claim}: {refusal}")
         options = self.policy().container
         if options.view_problem is not None:
             raise ClaimRefused(f"claim {claim}: {options.view_problem}")

@@ -1,0 +1,128 @@
+"""Whether the node's container runtime applies CDI devices, which is how DRA hands a
+container its devices (pure: the caller reads the files).
+
+A DRA claim reaches its container only as CDI device IDs in the CRI request. A runtime with
+CDI off creates the container anyway, without the device nodes, mounts and variables, and logs
+nothing above debug level: the pod runs and fails at run time with nothing pointing at the
+cause. On KAE nodes that is common: containerd 1.7 has ``enable_cdi = false`` by default (2.0
+turned it on, 2.4 removed the switch), containerd before 1.7 has no CDI, and iSulad's CDI is a
+build option whose ``enable-cdi`` daemon setting defaults to false. So the driver reads its
+Node's ``status.nodeInfo.containerRuntimeVersion`` (``containerd://1.7.35``) and, where the
+answer depends on a setting, the runtime's own configuration file; a runtime that does not
+apply CDI gets no claim (see the front end), and the reason names the setting to change.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+CONTAINERD_CONFIG = Path("/etc/containerd/config.toml")
+ISULAD_CONFIG = Path("/etc/isulad/daemon.json")
+CRI_PLUGIN = "io.containerd.grpc.v1.cri"
+_VERSION = re.compile(r"v?(\d+)\.(\d+)")
+DEVICE_PLUGIN_HINT = "or run this node in device-plugin mode, which needs no CDI"
+
+
+@dataclass(frozen=True, slots=True)
+class CdiSupport:
+    """``applies``: True, False, or None when it cannot be told (then nothing is refused)."""
+
+    applies: bool | None
+    runtime: str
+    reason: str = ""  # why not, with the fix; empty when it applies
+
+    @property
+    def refused(self) -> bool:
+        return self.applies is False
+
+
+def _version(text: str) -> tuple[int, int] | None:
+    match = _VERSION.match(text)
+    return None if match is None else (int(match.group(1)), int(match.group(2)))
+
+
+def _containerd_enables_cdi(config: bytes | None) -> bool:
+    """``enable_cdi`` of the CRI plugin in a containerd 1.7 config; absent means false."""
+    if config is None:
+        return False
+    try:
+        document = tomllib.loads(config.decode())
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False  # containerd itself would not start on it; say what its default is
+    cri = document.get("plugins", {}).get(CRI_PLUGIN, {})
+    return isinstance(cri, dict) and cri.get("enable_cdi") is True
+
+
+def _isulad_enables_cdi(config: bytes | None) -> bool:
+    if config is None:
+        return False
+    try:
+        document = json.loads(config)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(document, dict) and document.get("enable-cdi") is True
+
+
+def _containerd(
+    runtime: str, version: tuple[int, int], config: bytes | None, path: Path
+) -> CdiSupport:
+    if version >= (2, 0):
+        return CdiSupport(True, runtime)
+    if version < (1, 7):
+        return CdiSupport(False, runtime, (
+            f"{runtime} cannot apply CDI devices (containerd 1.7 is the first that can); "
+            f"upgrade it, {DEVICE_PLUGIN_HINT}"
+        ))  # fmt: skip
+    if _containerd_enables_cdi(config):
+        return CdiSupport(True, runtime)
+    where = path if config is not None else f"{path} (absent)"
+    return CdiSupport(False, runtime, (
+        f"{runtime} does not apply CDI devices: set enable_cdi = true under "
+        f'[plugins."{CRI_PLUGIN}"] in {where} and restart containerd, {DEVICE_PLUGIN_HINT}'
+    ))  # fmt: skip
+
+
+def _isulad(runtime: str, config: bytes | None, path: Path) -> CdiSupport:
+    if _isulad_enables_cdi(config):
+        return CdiSupport(True, runtime)
+    where = path if config is not None else f"{path} (absent)"
+    return CdiSupport(False, runtime, (
+        f'{runtime} does not apply CDI devices: set "enable-cdi": true in {where} (iSulad '
+        f"built with CDI support) and restart isulad, {DEVICE_PLUGIN_HINT}"
+    ))  # fmt: skip
+
+
+def cdi_support(
+    runtime_version: str,
+    *,
+    containerd_config: bytes | None = None,
+    isulad_config: bytes | None = None,
+    containerd_path: Path = CONTAINERD_CONFIG,
+    isulad_path: Path = ISULAD_CONFIG,
+) -> CdiSupport:
+    """What the runtime named ``<name>://<version>`` does with CDI devices; a config file
+    passed as None is absent on the node (the runtime's default applies)."""
+    name, _, version_text = runtime_version.partition("://")
+    name = name.lower()
+    version = _version(version_text)
+    runtime = f"{name} {version_text}".strip()
+    if name == "containerd" and version is not None:
+        return _containerd(runtime, version, containerd_config, containerd_path)
+    if name == "isulad":
+        return _isulad(runtime, isulad_config, isulad_path)
+    if name == "cri-o":
+        return CdiSupport(True, runtime)  # on by default since CRI-O 1.23
+    return CdiSupport(None, runtime or "an unknown runtime")
+
+
+def read_config(path: Path) -> bytes | None:
+    """A runtime's config file as the chart mounts it; None when it is absent on the node.
+    Raises OSError for one that exists but cannot be read (then nothing can be told)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
