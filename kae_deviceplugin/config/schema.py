@@ -201,6 +201,16 @@ OPTIONS: Final[tuple[Option, ...]] = (
         derived_default="in-cluster",
     ),
     _option(
+        "runtime_config",
+        "dra.runtimeConfig",
+        "optional-path",
+        "DRA: the container runtime's config file, read to tell whether it applies CDI "
+        "devices (containerd 1.7's enable_cdi, iSulad's enable-cdi); empty reads the "
+        "runtime's default path.",
+        "restart",
+        derived_default="the runtime's own",
+    ),
+    _option(
         "unhealthy_taint_effect",
         "dra.unhealthyTaintEffect",
         "choice",

@@ -82,6 +82,8 @@ class Settings:
     mode: Mode = "device-plugin"
     node_name: str | None = None  # DRA: the node's name; None takes $NODE_NAME (downward API)
     kubeconfig: Path | None = None  # DRA: a kubeconfig file; None is the pod's service account
+    # DRA: the runtime's config file, to tell whether it applies CDI; None: its default path.
+    runtime_config: Path | None = None
     # DRA: an unhealthy device stays in its slice with a taint of this effect (issue 21).
     unhealthy_taint_effect: UnhealthyTaint = "NoSchedule"
     # DRA: engines whose devices several claims share, each taking some of their queues.

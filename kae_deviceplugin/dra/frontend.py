@@ -106,7 +106,8 @@ class DraFrontEnd:
         self.queues = QueueTotals(settings.sysfs_root)
         self.queue_totals: Mapping[str, int] = {}  # of the last slices built, by PCI address
         self.cdi = CdiSupport(None, "not known yet")  # from the Node, once the API answers
-        self.runtime_configs = (CONTAINERD_CONFIG, ISULAD_CONFIG)  # as the chart mounts them
+        chosen = settings.runtime_config  # else the runtimes' own paths, as the chart mounts them
+        self.runtime_configs = (chosen or CONTAINERD_CONFIG, chosen or ISULAD_CONFIG)
         self.publishing = PoolPublishing(
             api,
             node,
