@@ -9,13 +9,12 @@ being reported healthy by a thread that is still fine.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import logging
 import socket
 import threading
-from collections.abc import Callable, Coroutine, Mapping, Set
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Mapping, Set
+from typing import Protocol
 
 from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.config.settings import Settings
@@ -36,6 +35,7 @@ from kae_deviceplugin.observability.http_answer import (
     text,
 )
 from kae_deviceplugin.observability.http_server import BACKLOG, BoundedHttpServer, connection_cap
+from kae_deviceplugin.observability.loop_calls import LoopCalls
 from kae_deviceplugin.observability.metrics import Snapshot, exposition
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 # the DaemonSet's probes timeoutSeconds >= 3 so they see the 503 rather than their own timeout.)
 LOOP_TIMEOUT = 2.0
 BIND_RETRY = 5.0
-T = TypeVar("T")
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -110,50 +109,12 @@ class Observed(Protocol):
     def shared_queues(self) -> Mapping[str, QueueShare] | None: ...
 
 
-def on_loop(loop: asyncio.AbstractEventLoop, func: Callable[[], T], timeout: float) -> T:
-    """Run ``func`` on ``loop`` and return its result; TimeoutError if the loop does not."""
-    done: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-    def call() -> None:
-        try:
-            done.set_result(func())
-        except Exception as err:
-            done.set_exception(err)
-
-    loop.call_soon_threadsafe(call)  # RuntimeError once the loop is closed
-    return done.result(timeout)
-
-
-def awaited_on_loop(
-    loop: asyncio.AbstractEventLoop, func: Callable[[], Coroutine[Any, Any, T]], timeout: float
-) -> T:
-    """Run the coroutine ``func()`` as a task on ``loop``; its result, or TimeoutError if it does
-    not end in time (it runs on), RuntimeError once the loop is closed."""
-    done: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-    def finished(task: asyncio.Task[T]) -> None:
-        if task.cancelled():
-            done.cancel()
-        elif (err := task.exception()) is not None:
-            done.set_exception(err)
-        else:
-            done.set_result(task.result())
-
-    def start() -> None:  # on the loop: the coroutine is made only where it will be awaited
-        loop.create_task(func()).add_done_callback(finished)
-
-    loop.call_soon_threadsafe(start)
-    return done.result(timeout)
-
-
-def _probe(
-    loop: asyncio.AbstractEventLoop, check: Callable[[], bool], ok: str, failed: str
-) -> Route:
+def _probe(calls: LoopCalls, check: Callable[[], bool], ok: str, failed: str) -> Route:
     """A route answering 200 ``ok`` while ``check()`` (run on the loop) holds, 503 otherwise."""
 
     def route(headers: Headers) -> Response:
         try:
-            passed = on_loop(loop, check, LOOP_TIMEOUT)
+            passed = calls.call(check, LOOP_TIMEOUT)
         except (TimeoutError, RuntimeError):
             return text(503, "event loop not responding")
         return text(200, ok) if passed else text(503, failed)
@@ -161,12 +122,12 @@ def _probe(
     return route
 
 
-def _readyz(loop: asyncio.AbstractEventLoop, daemon: Observed) -> Route:
+def _readyz(calls: LoopCalls, daemon: Observed) -> Route:
     """200 "ready", or 503 naming everything ``not_ready()`` lists."""
 
     def route(headers: Headers) -> Response:
         try:
-            missing = on_loop(loop, daemon.not_ready, LOOP_TIMEOUT)
+            missing = calls.call(daemon.not_ready, LOOP_TIMEOUT)
         except (TimeoutError, RuntimeError):
             return text(503, "event loop not responding")
         return text(503, f"not ready: {'; '.join(missing)}") if missing else text(200, "ready")
@@ -175,9 +136,9 @@ def _readyz(loop: asyncio.AbstractEventLoop, daemon: Observed) -> Route:
 
 
 def daemon_routes(
-    daemon: Observed, source: AllocationsSource, loop: asyncio.AbstractEventLoop
+    daemon: Observed, source: AllocationsSource, calls: LoopCalls
 ) -> dict[str, Route]:
-    """The endpoint's routes over a running daemon whose loop is ``loop``."""
+    """The endpoint's routes over a running daemon, whose loop ``calls`` reaches."""
 
     async def snapshot() -> Snapshot:
         holder = await source.fresh()  # asks the kubelet, unless an answer is a second old
@@ -195,7 +156,7 @@ def daemon_routes(
 
     def metrics(headers: Headers) -> Response:
         try:
-            taken = awaited_on_loop(loop, snapshot, LOOP_TIMEOUT + LIST_TIMEOUT)
+            taken = calls.awaited(snapshot, LOOP_TIMEOUT + LIST_TIMEOUT)
         except (TimeoutError, RuntimeError):
             return text(503, "event loop not responding")
         body, content_type = exposition(taken, daemon.counters, headers.get("accept", ""))
@@ -203,7 +164,7 @@ def daemon_routes(
 
     def allocations(headers: Headers) -> Response:
         try:
-            current, problem = awaited_on_loop(loop, held, LOOP_TIMEOUT + LIST_TIMEOUT)
+            current, problem = calls.awaited(held, LOOP_TIMEOUT + LIST_TIMEOUT)
         except (TimeoutError, RuntimeError):
             return text(503, "event loop not responding")
         if current is None:
@@ -214,8 +175,8 @@ def daemon_routes(
 
     return {
         "/metrics": metrics,
-        "/healthz": _probe(loop, daemon.alive, "ok", "unhealthy: a daemon loop stopped ticking"),
-        "/readyz": _readyz(loop, daemon),
+        "/healthz": _probe(calls, daemon.alive, "ok", "unhealthy: a daemon loop stopped ticking"),
+        "/readyz": _readyz(calls, daemon),
         "/allocations": allocations,
     }
 
@@ -224,7 +185,7 @@ class EndpointTask:
     """The root task serving the endpoint; the pod-resources API is asked per scrape.
 
     ``bound`` is set (and ``port`` known) once listening, for tests that ask for port 0;
-    ``source`` is the pod-resources source once running.
+    ``source`` is the pod-resources source and ``calls`` the door to the loop once running.
     """
 
     def __init__(self, max_age: float = MAX_AGE) -> None:
@@ -232,18 +193,25 @@ class EndpointTask:
         self.bound = threading.Event()
         self.port: int | None = None
         self.source: AllocationsSource | None = None
+        self.calls: LoopCalls | None = None
 
     async def run(self, daemon: Observed) -> None:
         """Serve until cancelled; a bad or busy address is logged, never fatal (a bad one ends
         the task: there is nothing to serve)."""
         socket_path = daemon.settings.effective_pod_resources_socket
         source = self.source = AllocationsSource(socket_path, self.max_age)
-        endpoint = HttpEndpoint(daemon_routes(daemon, source, asyncio.get_running_loop()))
+        calls = self.calls = LoopCalls(asyncio.get_running_loop())
+        endpoint = HttpEndpoint(daemon_routes(daemon, source, calls))
         try:
             if await self._listen(endpoint, daemon.settings.metrics_address):
                 await asyncio.Future()  # serve until cancelled
         finally:
-            await asyncio.to_thread(endpoint.stop)
+            try:
+                # First, on the loop: a scrape still in a worker starts nothing here from now
+                # on, and what scrapes started ends before the loop does (see loop_calls).
+                await calls.close()
+            finally:
+                await asyncio.to_thread(endpoint.stop)
 
     async def _listen(self, endpoint: HttpEndpoint, address: str) -> bool:
         """Listen on ``address``, retrying while it is busy; False if it is not an address."""

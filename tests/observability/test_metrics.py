@@ -128,10 +128,24 @@ def test_injected_faults_show_in_the_next_scrape() -> None:
         assert wait_until(lambda: node.by_device("kae_device_healthy")["hisi_hpre-2"] == 1)
 
 
+def registrations(node: ObservedNode) -> dict[str, float]:
+    """kae_kubelet_registrations_total by resource, in a fresh scrape."""
+    samples = node.samples("kae_kubelet_registrations")
+    return {s.labels["resource"]: s.value for s in samples if s.name.endswith("_total")}
+
+
+def counted(registered: dict[str, float]) -> bool:
+    """Every resource was registered at least once."""
+    return set(registered) >= RESOURCES and min(registered.values()) >= 1
+
+
 def test_counters_follow_conventions_and_count_registrations() -> None:
     """Counters are exposed as *_total, the build info is there, registrations are counted."""
     with observed_node(TREE) as node:
         assert node.wait_registered(3)
+        # The kubelet opens a stream before it answers Register, and a registration counts
+        # once Register has returned: the streams above do not mean the count is in yet.
+        assert wait_until(lambda: counted(registrations(node)))
         families = {f.name: f for f in text_string_to_metric_families(node.scrape())}
         for name in ("kae_allocations", "kae_kubelet_registrations", "kae_kubelet_restarts"):
             assert families[name].type == "counter"
@@ -141,12 +155,6 @@ def test_counters_follow_conventions_and_count_registrations() -> None:
         assert families["kae_grpc_request_duration_seconds"].type == "histogram"
         assert families["kae_scan_duration_seconds"].type == "histogram"
         assert families["kae_build_info"].samples[0].labels["version"]
-        registrations = {
-            s.labels["resource"]: s.value
-            for s in families["kae_kubelet_registrations"].samples
-            if s.name.endswith("_total")
-        }
-        assert set(registrations) >= RESOURCES and min(registrations.values()) >= 1
 
 
 def test_openmetrics_is_served_when_asked_for() -> None:

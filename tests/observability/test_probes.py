@@ -25,6 +25,7 @@ from kae_deviceplugin.kubelet.podresources import AllocationsSource
 from kae_deviceplugin.observability import http
 from kae_deviceplugin.observability.http import HttpEndpoint, daemon_routes
 from kae_deviceplugin.observability.http_answer import parse_headers
+from kae_deviceplugin.observability.loop_calls import LoopCalls
 from tests.support.harness import DEADLINE
 from tests.support.observability_harness import observed_node, wait_until
 
@@ -87,7 +88,9 @@ def serving(daemon: FakeDaemon) -> Iterator[tuple[str, asyncio.AbstractEventLoop
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    endpoint = HttpEndpoint(daemon_routes(daemon, AllocationsSource(ABSENT_SOCKET), loop))
+    endpoint = HttpEndpoint(
+        daemon_routes(daemon, AllocationsSource(ABSENT_SOCKET), LoopCalls(loop))
+    )
     endpoint.start("127.0.0.1", 0)
     try:
         yield f"http://127.0.0.1:{endpoint.port}", loop
@@ -180,7 +183,9 @@ def test_all_interfaces_address_listens_on_ipv4_loopback() -> None:
     """`:PORT` binds every interface: reachable over IPv4 (and IPv6 where the host has it)."""
     daemon = FakeDaemon()
     loop = asyncio.new_event_loop()
-    endpoint = HttpEndpoint(daemon_routes(daemon, AllocationsSource(ABSENT_SOCKET), loop))
+    endpoint = HttpEndpoint(
+        daemon_routes(daemon, AllocationsSource(ABSENT_SOCKET), LoopCalls(loop))
+    )
     endpoint.start("", 0)
     try:
         with socket.create_connection(("127.0.0.1", endpoint.port), timeout=DEADLINE):

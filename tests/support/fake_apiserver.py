@@ -1,5 +1,6 @@
 """An in-memory API server behind ``apiserver.seam.ApiServer``, for unit tests of what sits on
-the seam; the real one (through lightkube) is proven against the e2e cluster's API server.
+the seam; the real one (through lightkube) is proven against the e2e cluster's API server and,
+in a real daemon process, against the HTTP test server (``http_apiserver``).
 
 It keeps what the real one does that a controller depends on: resourceVersion checks on replace
 (409 Conflict), AlreadyExists and NotFound, field selectors on dotted paths, watch events for
@@ -12,45 +13,15 @@ from __future__ import annotations
 import asyncio
 import builtins
 import copy
-import datetime
 import itertools
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Final
+from typing import Final
 
 from kae_deviceplugin.apiserver.seam import JsonObject, Kind
 from kae_deviceplugin.errors import ApiError
-
-
-def _at(obj: Mapping[str, Any], dotted: str) -> Any:
-    value: Any = obj
-    for part in dotted.split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
-    return value
-
-
-def _drop(obj: JsonObject, dotted: str) -> None:
-    *parents, last = dotted.split(".")
-    target: Any = obj
-    for part in parents:
-        target = target.get(part) if isinstance(target, dict) else None
-    targets = target if isinstance(target, list) else [target]
-    for item in targets:
-        if isinstance(item, dict):
-            item.pop(last, None)
-
-
-def _stamp_taints(obj: JsonObject) -> None:
-    """The real server's defaulting: a device taint without ``timeAdded`` gets the time now."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    spec = obj.get("spec")
-    devices = spec.get("devices") if isinstance(spec, dict) else None
-    for device in devices if isinstance(devices, list) else []:
-        for taint in device.get("taints", []) if isinstance(device, dict) else []:
-            if isinstance(taint, dict):
-                taint.setdefault("timeAdded", now)
-
+from tests.support.apiserver_fields import at, drop, stamp_taints
 
 _END: Final[tuple[str, JsonObject]] = ("END", {})  # a watch the server ends cleanly
 _Event = tuple[str, JsonObject] | Exception
@@ -85,7 +56,7 @@ class FakeApiServer:
         version = int(obj["metadata"].get("resourceVersion") or next(self._versions))
         self._log.append((version, kind.plural, event, copy.deepcopy(obj)))
         for plural, selector, queue in self._watchers:
-            if plural == kind.plural and all(_at(obj, k) == v for k, v in selector.items()):
+            if plural == kind.plural and all(at(obj, k) == v for k, v in selector.items()):
                 queue.put_nowait((event, copy.deepcopy(obj)))
 
     def break_watches(self, error: Exception | None = None) -> None:
@@ -115,14 +86,14 @@ class FakeApiServer:
         return [
             copy.deepcopy(obj)
             for (plural, _, _), obj in sorted(self.objects.items())
-            if plural == kind.plural and all(_at(obj, k) == v for k, v in field_selector.items())
+            if plural == kind.plural and all(at(obj, k) == v for k, v in field_selector.items())
         ]
 
     def _store(self, kind: Kind, body: JsonObject, event: str) -> JsonObject:
         stored = copy.deepcopy(body)
         for path in self.drop:
-            _drop(stored, path)
-        _stamp_taints(stored)
+            drop(stored, path)
+        stamp_taints(stored)
         metadata = stored.setdefault("metadata", {})
         metadata.setdefault("uid", str(uuid.uuid4()))
         metadata["resourceVersion"] = str(next(self._versions))
@@ -171,7 +142,7 @@ class FakeApiServer:
                 queue.put_nowait(("ADDED", obj))
         else:  # from a list's version: what happened since
             for version, plural, event, obj in self._log:
-                selected = all(_at(obj, k) == v for k, v in field_selector.items())
+                selected = all(at(obj, k) == v for k, v in field_selector.items())
                 if version > int(start) and plural == kind.plural and selected:
                     queue.put_nowait((event, copy.deepcopy(obj)))
         self._watchers.append(entry)
