@@ -1,10 +1,11 @@
 """The real DRA daemon (``serve --mode dra`` in a subprocess, lightkube over HTTP) against a
 test API server that misbehaves on purpose.
 
-The first tests prove the server and the harness with today's daemon: it publishes its pool
-owned by the Node, prepares a claim the kubelet names, and repairs a wipe. The ``xfail`` ones
-document issue 27, what the daemon does wrong when the control plane does (FACTS §11): each
-flips to a pass (and, being strict, fails the suite until its mark is removed) with the fix.
+The first tests prove the server and the harness: the daemon publishes its pool owned by the
+Node, prepares a claim the kubelet names, and repairs a wipe. The others are the faults of
+issue 27 (FACTS §11), each of which the daemon before its fix failed: a 403 retried hundreds of
+times a second, an exit when the API server was away at start, wipes lost after a 410 or a
+garbage line on the watch, an unhealthy device published untainted where taints are dropped.
 """
 
 from __future__ import annotations
@@ -131,10 +132,6 @@ def test_two_instances_share_one_kubelet_root(api: HttpApiServer, node: DraNode)
         assert api.faults.count(("update", "delete")) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 27: a failed reconcile retries at once while the watch's wake-up stays set",
-)
 def test_a_persistent_403_on_create_is_retried_with_backoff(api: HttpApiServer) -> None:
     """Creates refused with 403 (RBAC, an admission policy) while the node's two slices are
     deleted one after the other, the second while the daemon retries the first: it backs off,
@@ -158,9 +155,6 @@ def test_a_persistent_403_on_create_is_retried_with_backoff(api: HttpApiServer) 
         assert daemon.alive, daemon.describe()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 27: a Node GET that fails at start stops the whole daemon"
-)
 def test_the_daemon_outlives_an_api_server_away_at_its_start(
     api: HttpApiServer, node: DraNode
 ) -> None:
@@ -178,10 +172,6 @@ def test_the_daemon_outlives_an_api_server_away_at_its_start(
         assert api.wait_for(lambda: published(api), DEADLINE), daemon.describe()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 27: after a watch ends in 410 Gone the daemon watches again without a list",
-)
 def test_slices_wiped_while_the_watch_ended_with_410_are_recreated(
     api: HttpApiServer, node: DraNode
 ) -> None:
@@ -194,9 +184,6 @@ def test_slices_wiped_while_the_watch_ended_with_410_are_recreated(
         assert api.wait_for(lambda: published(api), REPAIR), daemon.describe()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 27: a line that is not JSON on the watch ends the watch for good"
-)
 def test_slices_wiped_after_a_garbage_line_on_the_watch_are_recreated(
     api: HttpApiServer, node: DraNode
 ) -> None:
@@ -209,10 +196,6 @@ def test_slices_wiped_after_a_garbage_line_on_the_watch_are_recreated(
         assert api.wait_for(lambda: published(api), REPAIR), daemon.describe()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 27: a device whose taint the server drops is published as if healthy",
-)
 def test_an_unhealthy_device_is_left_out_where_the_server_drops_taints(
     api: HttpApiServer, node: DraNode
 ) -> None:

@@ -129,15 +129,15 @@ class DraProcess:
 
     def wait_log(self, text: str, timeout: float = DEADLINE) -> bool:
         """Wait until a logged line contains ``text``; False at the deadline or its exit."""
-        return self._wait(lambda: any(text in line for line in self.log_lines()), timeout)
+        return self.wait_for(lambda: any(text in line for line in self.log_lines()), timeout)
 
-    def _wait(self, check: Callable[[], bool], timeout: float) -> bool:
+    def wait_for(self, check: Callable[[], bool], timeout: float = DEADLINE) -> bool:
         """``wait_until``, giving up at once when the daemon has exited (``check`` failing)."""
         wait_until(lambda: check() or not self.alive, timeout)
         return check()
 
     def wait_registration_socket(self, timeout: float = DEADLINE) -> bool:
-        return self._wait(self.registration_socket.is_socket, timeout)
+        return self.wait_for(self.registration_socket.is_socket, timeout)
 
     def register(self, timeout: float = DEADLINE) -> reg_pb.PluginInfo:
         """What the kubelet's plugin watcher does with a new socket: GetInfo, then report that
@@ -162,7 +162,7 @@ class DraProcess:
             return 0, str(err)
 
     def wait_ready(self, timeout: float = DEADLINE) -> bool:
-        return self._wait(lambda: self.readyz()[0] == 200, timeout)
+        return self.wait_for(lambda: self.readyz()[0] == 200, timeout)
 
     def kubelet(self) -> DRAKubelet:
         """The kubelet's client of the service socket (``async with`` it)."""
