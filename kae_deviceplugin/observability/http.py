@@ -104,6 +104,8 @@ class Observed(Protocol):
     @property
     def registered(self) -> Set[str]: ...
     @property
+    def expected_registrations(self) -> frozenset[str]: ...
+    @property
     def counters(self) -> Counters: ...
     def alive(self) -> bool: ...
     def not_ready(self) -> list[str]: ...
@@ -187,6 +189,7 @@ def daemon_routes(
             frozenset(daemon.registered),
             holder.current,
             daemon.shared_queues(),
+            daemon.expected_registrations,
         )
 
     async def held() -> tuple[Allocations | None, str | None]:
