@@ -23,7 +23,7 @@ from kae_deviceplugin.config.chart_rules import (
     OPTIONAL_VALUES,
     misplaced,
 )
-from kae_deviceplugin.config.schema import ENGINE_FIELDS, OPTIONS, OPTIONS_BY_FIELD, Kind
+from kae_deviceplugin.config.schema import ENGINE_FILE_RULES, OPTIONS, OPTIONS_BY_FIELD, Kind
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.ids import MAX_SHARES
 from kae_deviceplugin.core.views import FUNCTIONS
@@ -58,6 +58,15 @@ def _why(rule: rules.Rule) -> str:
     raise AssertionError(f"{rule} accepts anything")  # pragma: no cover -- every rule refuses
 
 
+def _why_text(rule: rules.Rule) -> str:
+    """What the file's rule says about quoted text where it wants a YAML value."""
+    try:
+        rule("text")
+    except ValueError as err:
+        return str(err)
+    raise AssertionError(f"{rule} takes text")  # pragma: no cover -- used for strict rules only
+
+
 def kind_check(kind: Kind, rule: rules.Rule, choices: tuple[str, ...] = ()) -> Check:
     """The check of a value of ``kind``: a pattern for text, bounds for a number, and the
     daemon's sentences for each."""
@@ -74,6 +83,8 @@ def kind_check(kind: Kind, rule: rules.Rule, choices: tuple[str, ...] = ()) -> C
         "engine-list": _engine_words(),
     }
     check: Check = {"kind": kind, "pattern": patterns[kind], "why": why, "numeric": False}
+    if kind in ("boolean", "count"):  # the file takes YAML's booleans and integers, not text
+        check |= {"pattern": "", "why": _why_text(rule), "noText": True}
     if kind == "duration":
         bounds = {"min": 0.0, "exclusiveMin": True, "max": rules.MAX_SCAN_INTERVAL}
         check |= {"numeric": True, "rangeWhy": rules.SCAN_INTERVAL_WHY} | bounds
@@ -90,7 +101,7 @@ def checks() -> dict[str, Check]:
     table: dict[str, Check] = {}
     for key, field in CHART_VALUES.items():
         option = OPTIONS_BY_FIELD[field]
-        check = kind_check(option.kind, option.rule, option.choices)
+        check = kind_check(option.kind, option.file_rule, option.choices)  # written in the file
         if key in OPTIONAL_VALUES:
             check["pattern"] = _words(option.choices, optional=True)
             check["why"] += ", or empty"
@@ -98,7 +109,7 @@ def checks() -> dict[str, Check]:
         table[key] = check
     for engine in ENGINES:
         prefix = f"config.engines.{engine.name}"
-        shares, functions = ENGINE_FIELDS["shares"][0], ENGINE_FIELDS["functions"][0]
+        shares, functions = ENGINE_FILE_RULES["shares"], ENGINE_FILE_RULES["functions"]
         table[f"{prefix}.shares"] = kind_check("count", shares) | {"notRoot": ""}
         table[f"{prefix}.functions"] = kind_check("choice", functions, FUNCTIONS) | {"notRoot": ""}
     return table
@@ -123,7 +134,9 @@ template by kae.restartChecksum).
 
 _CHECK = """{{- define "kae.rules.check" -}}
 {{- $key := index . 0 }}{{- $value := index . 1 }}{{- $rule := index . 2 }}
-{{- if kindIs "string" $value }}
+{{- if and (kindIs "string" $value) $rule.noText }}
+{{- fail (printf "%s: %s %s" $key (toJson $value) $rule.why) }}
+{{- else if kindIs "string" $value }}
 {{- if not (regexMatch $rule.pattern $value) }}
 {{- fail (printf "%s: %s %s" $key (toJson $value) $rule.why) }}
 {{- end }}

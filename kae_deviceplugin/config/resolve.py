@@ -13,6 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from kae_deviceplugin.config.file import (
+    ENGINE_RULES,
     ENV_RULES,
     SETTING_RULES,
     FileConfig,
@@ -67,7 +68,7 @@ def resolve_settings(
     for key, value in overrides.items():
         label = _label(key, sources)
         if key == "engines":
-            for name, engine_fields in read_engines(value, label, errors).items():
+            for name, engine_fields in read_engines(value, label, errors, ENGINE_RULES).items():
                 engines[name].update(engine_fields)
         elif key == "env":
             env |= read_section(value, {name: name for name in ENV_RULES}, ENV_RULES, label, errors)

@@ -45,6 +45,13 @@ log = logging.getLogger(__name__)
 LOOP_TIMEOUT = 2.0
 BIND_RETRY = 5.0
 T = TypeVar("T")
+# /allocations in DRA mode: no device-plugin allocation exists there (the list is truly empty),
+# and the pod-resources API, which the DRA pod does not mount, would not list claims anyway.
+DRA_ALLOCATIONS: dict[str, object] = {
+    "allocations": [],
+    "note": "DRA mode: devices are held by ResourceClaims; `kae-deviceplugin list --mode dra` "
+    "on the node names each device's claim",
+}
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -205,6 +212,8 @@ def daemon_routes(
         return Response(200, content_type, body)
 
     def allocations(headers: Headers) -> Response:
+        if daemon.settings.mode == "dra":  # the kubelet's pod-resources API lists no claims
+            return Response(200, "application/json", json.dumps(DRA_ALLOCATIONS).encode())
         try:
             current, problem = awaited_on_loop(loop, held, LOOP_TIMEOUT + LIST_TIMEOUT)
         except (TimeoutError, RuntimeError):

@@ -23,26 +23,26 @@ from kae_deviceplugin.config.chart_rules import (
     generated_nodes,
 )
 from kae_deviceplugin.config.rules import Rule, optional
-from kae_deviceplugin.config.schema import ENGINE_FIELDS, OPTIONS_BY_FIELD, Kind
+from kae_deviceplugin.config.schema import ENGINE_FILE_RULES, OPTIONS_BY_FIELD, Kind
 from kae_deviceplugin.core.views import FUNCTIONS
 from tests.deploy.test_deploy import CHART, NAMESPACE, REPO, daemon_config, helm_run
 
 REFUSED: dict[Kind, list[object]] = {
     "duration": ["0s", "2h", 0, -1, "-1s", "59m61s", "1h1ns", "3601", "abc", "5 s", True],
-    "boolean": ["maybe", "", 1, None],
+    "boolean": ["maybe", "", 1, None, "yes", "true"],  # the file takes YAML booleans only
     "choice": ["nope", "", 5, None],
     "path": ["relative/dir", "./x", "", 5],
     "optional-path": ["relative/dir", "~/x", 5],
-    "count": [0, 65, "0", "65", "-1", "x", True, 1.5],
+    "count": [0, 65, "0", "65", "-1", "x", True, 1.5, "4"],
     "engine-list": ["gpu", "zip,gpu", "zipsec", 5, True, ["zip", 5]],
 }
 ACCEPTED: dict[Kind, list[object]] = {
     "duration": [5, "5", 0.5, "500ms", "1m30s", "1h", 3600, "+1s", " 2s "],
-    "boolean": [True, False, "yes", "Off"],
+    "boolean": [True, False],
     "choice": ["<first>", "<last in capitals>", "<first with blanks>"],
     "path": ["/srv/kae", "/srv/kae/dir/"],
     "optional-path": [None, "", "/usr/local/lib/engines-1.1"],
-    "count": [1, 64, "4", " +8 "],
+    "count": [1, 64, 8],
     "engine-list": ["zip", "ZIP, sec", ["zip", "hpre sec"], ""],
 }
 
@@ -50,10 +50,11 @@ ACCEPTED: dict[Kind, list[object]] = {
 def _rule_and_kind(key: str) -> tuple[Rule, Kind, tuple[str, ...]]:
     if key in CHART_VALUES:
         option = OPTIONS_BY_FIELD[CHART_VALUES[key]]
-        rule = optional(option.rule) if key in OPTIONAL_VALUES else option.rule  # "": not set
+        rule = option.file_rule  # the chart writes the value into the config file as written
+        rule = optional(rule) if key in OPTIONAL_VALUES else rule  # "": not set
         return rule, option.kind, option.choices
     field = key.rpartition(".")[2]  # config.engines.<engine>.<field>
-    rule = ENGINE_FIELDS[field][0]
+    rule = ENGINE_FILE_RULES[field]
     if field == "shares":
         return rule, "count", ()
     return rule, "choice", FUNCTIONS

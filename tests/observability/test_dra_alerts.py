@@ -1,5 +1,6 @@
-"""The chart's alert rules against a DRA daemon's own scrape: silent on a healthy DRA node, and
-KaeResourceNotRegistered for the driver while the kubelet has not registered it.
+"""A DRA daemon's endpoint as monitoring meets it: the chart's alert rules against its own scrape
+(silent on a healthy DRA node, KaeResourceNotRegistered for the driver while the kubelet has not
+registered it), and /allocations.
 
 The daemon runs in-process in DRA mode (the real front end, scan loop and HTTP endpoint; an
 in-memory API server; the kubelet's registration done over the real registration socket, as
@@ -50,7 +51,7 @@ from tests.support.harness import DEADLINE, short_tmpdir
 PROMTOOL = shutil.which("promtool")
 NODE = "worker-1"
 
-pytestmark = pytest.mark.skipif(
+NEEDS_PROMTOOL = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool is not installed (Debian package prometheus)"
 )
 
@@ -176,6 +177,7 @@ def promtool_test(workdir: Path, rules: Path, test: dict[str, Any]) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@NEEDS_PROMTOOL
 def test_no_chart_alert_fires_on_a_healthy_dra_node(tmp_path: Path) -> None:
     """Before the kubelet registers the driver its scrape makes KaeResourceNotRegistered's
     expression name the driver (the rule can fail); once registered and published (ready),
@@ -215,3 +217,14 @@ def test_no_chart_alert_fires_on_a_healthy_dra_node(tmp_path: Path) -> None:
             ],
         },
     )
+
+
+def test_allocations_in_dra_mode_is_an_empty_list_that_points_to_the_claims() -> None:
+    """A DRA daemon's /allocations answers 200 with no rows (no device-plugin allocation exists
+    there, as the chart README says) and a note naming where claims are shown; not the 503 of a
+    pod-resources API the DRA pod does not mount."""
+    with dra_daemon() as node:
+        status, body = node.get("/allocations")
+    assert status == 200, body
+    answer = json.loads(body)
+    assert answer["allocations"] == [] and "list --mode dra" in answer["note"]

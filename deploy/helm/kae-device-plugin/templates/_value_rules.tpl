@@ -24,10 +24,11 @@ template by kae.restartChecksum).
  },
  "config.containerSysfsView": {
   "kind": "boolean",
+  "noText": true,
   "notRoot": "",
   "numeric": false,
-  "pattern": "(?i)^\\s*(true|yes|on|1|false|no|off|0)\\s*$",
-  "why": "must be true or false"
+  "pattern": "",
+  "why": "must be true or false, written without quotes (a YAML value, not text)"
  },
  "config.dra.sharedEngines": {
   "kind": "engine-list",
@@ -55,11 +56,12 @@ template by kae.restartChecksum).
   "kind": "count",
   "max": 64.0,
   "min": 1.0,
+  "noText": true,
   "notRoot": "",
   "numeric": true,
-  "pattern": "^\\s*\\+?0*(64|63|62|61|60|59|58|57|56|55|54|53|52|51|50|49|48|47|46|45|44|43|42|41|40|39|38|37|36|35|34|33|32|31|30|29|28|27|26|25|24|23|22|21|20|19|18|17|16|15|14|13|12|11|10|9|8|7|6|5|4|3|2|1)\\s*$",
+  "pattern": "",
   "rangeWhy": "must be a whole number from 1 to 64",
-  "why": "must be a whole number from 1 to 64"
+  "why": "must be a whole number from 1 to 64, written without quotes (a YAML value, not text)"
  },
  "config.engines.sec.functions": {
   "kind": "choice",
@@ -73,11 +75,12 @@ template by kae.restartChecksum).
   "kind": "count",
   "max": 64.0,
   "min": 1.0,
+  "noText": true,
   "notRoot": "",
   "numeric": true,
-  "pattern": "^\\s*\\+?0*(64|63|62|61|60|59|58|57|56|55|54|53|52|51|50|49|48|47|46|45|44|43|42|41|40|39|38|37|36|35|34|33|32|31|30|29|28|27|26|25|24|23|22|21|20|19|18|17|16|15|14|13|12|11|10|9|8|7|6|5|4|3|2|1)\\s*$",
+  "pattern": "",
   "rangeWhy": "must be a whole number from 1 to 64",
-  "why": "must be a whole number from 1 to 64"
+  "why": "must be a whole number from 1 to 64, written without quotes (a YAML value, not text)"
  },
  "config.engines.zip.functions": {
   "kind": "choice",
@@ -91,11 +94,12 @@ template by kae.restartChecksum).
   "kind": "count",
   "max": 64.0,
   "min": 1.0,
+  "noText": true,
   "notRoot": "",
   "numeric": true,
-  "pattern": "^\\s*\\+?0*(64|63|62|61|60|59|58|57|56|55|54|53|52|51|50|49|48|47|46|45|44|43|42|41|40|39|38|37|36|35|34|33|32|31|30|29|28|27|26|25|24|23|22|21|20|19|18|17|16|15|14|13|12|11|10|9|8|7|6|5|4|3|2|1)\\s*$",
+  "pattern": "",
   "rangeWhy": "must be a whole number from 1 to 64",
-  "why": "must be a whole number from 1 to 64"
+  "why": "must be a whole number from 1 to 64, written without quotes (a YAML value, not text)"
  },
  "config.env.opensslEngines": {
   "kind": "optional-path",
@@ -106,10 +110,11 @@ template by kae.restartChecksum).
  },
  "config.env.uadkNumaHint": {
   "kind": "boolean",
+  "noText": true,
   "notRoot": "",
   "numeric": false,
-  "pattern": "(?i)^\\s*(true|yes|on|1|false|no|off|0)\\s*$",
-  "why": "must be true or false"
+  "pattern": "",
+  "why": "must be true or false, written without quotes (a YAML value, not text)"
  },
  "config.log.format": {
   "kind": "choice",
@@ -197,7 +202,9 @@ template by kae.restartChecksum).
 {{- end }}
 {{- define "kae.rules.check" -}}
 {{- $key := index . 0 }}{{- $value := index . 1 }}{{- $rule := index . 2 }}
-{{- if kindIs "string" $value }}
+{{- if and (kindIs "string" $value) $rule.noText }}
+{{- fail (printf "%s: %s %s" $key (toJson $value) $rule.why) }}
+{{- else if kindIs "string" $value }}
 {{- if not (regexMatch $rule.pattern $value) }}
 {{- fail (printf "%s: %s %s" $key (toJson $value) $rule.why) }}
 {{- end }}
