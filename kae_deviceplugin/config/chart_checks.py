@@ -23,7 +23,8 @@ from kae_deviceplugin.config.chart_rules import (
     OPTIONAL_VALUES,
     misplaced,
 )
-from kae_deviceplugin.config.schema import ENGINE_FILE_RULES, OPTIONS, OPTIONS_BY_FIELD, Kind
+from kae_deviceplugin.config.file import ENGINE_FILE_RULES, file_rule
+from kae_deviceplugin.config.schema import OPTIONS, OPTIONS_BY_FIELD, Kind
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.ids import MAX_SHARES
 from kae_deviceplugin.core.views import FUNCTIONS
@@ -101,7 +102,7 @@ def checks() -> dict[str, Check]:
     table: dict[str, Check] = {}
     for key, field in CHART_VALUES.items():
         option = OPTIONS_BY_FIELD[field]
-        check = kind_check(option.kind, option.file_rule, option.choices)  # written in the file
+        check = kind_check(option.kind, file_rule(option), option.choices)  # written in the file
         if key in OPTIONAL_VALUES:
             check["pattern"] = _words(option.choices, optional=True)
             check["why"] += ", or empty"

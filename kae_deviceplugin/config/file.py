@@ -13,8 +13,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from kae_deviceplugin.config.rules import Rule, did_you_mean
-from kae_deviceplugin.config.schema import ENGINE_FIELDS, ENGINE_FILE_RULES, OPTIONS
+from kae_deviceplugin.config.rules import Rule, did_you_mean, unquoted
+from kae_deviceplugin.config.schema import ENGINE_FIELDS, OPTIONS, Option
 from kae_deviceplugin.core.engines import ENGINES_BY_NAME
 from kae_deviceplugin.errors import MISSING, ConfigError, InvalidConfig, show
 
@@ -40,13 +40,26 @@ SETTING_RULES: Final[Mapping[str, Rule]] = {
 ENV_RULES: Final[Mapping[str, Rule]] = {
     o.name: o.rule for o in OPTIONS if o.field.startswith("env.")
 }
+
+
+def file_rule(option: Option) -> Rule:
+    """The rule of ``option``'s file key: a boolean there is a YAML boolean, never quoted text
+    (flags and variables, text by nature, take the row's rule and its spellings)."""
+    return unquoted(option.rule) if option.kind == "boolean" else option.rule
+
+
 FILE_SETTING_RULES: Final[Mapping[str, Rule]] = {
-    o.field: o.file_rule for o in OPTIONS if not o.field.startswith("env.")
+    o.field: file_rule(o) for o in OPTIONS if not o.field.startswith("env.")
 }
 FILE_ENV_RULES: Final[Mapping[str, Rule]] = {
-    o.name: o.file_rule for o in OPTIONS if o.field.startswith("env.")
+    o.name: file_rule(o) for o in OPTIONS if o.field.startswith("env.")
 }
 ENGINE_RULES: Final[Mapping[str, Rule]] = {name: rule for name, (rule, _) in ENGINE_FIELDS.items()}
+# The file's rules of the engine fields: a boolean or a count there is a YAML value, not text.
+ENGINE_FILE_RULES: Final[Mapping[str, Rule]] = {
+    name: unquoted(rule) if name in ("enabled", "shares") else rule
+    for name, rule in ENGINE_RULES.items()
+}
 ENV_KEYS: Final = {o.file_key: o.name for o in OPTIONS if o.section == "env"}
 _KEYS: dict[str, dict[str, str]] = {}  # section -> {key as written: field name}
 for _option in OPTIONS:

@@ -29,7 +29,6 @@ from kae_deviceplugin.core.views import FUNCTIONS
 __all__ = [  # Kind, Reload, RELOAD_TEXT and show_value live in kinds.py, re-exported here
     "ENABLE_ENGINES_FLAG",
     "ENGINE_FIELDS",
-    "ENGINE_FILE_RULES",
     "ENV_PREFIX",
     "OPTIONS",
     "OPTIONS_BY_FIELD",
@@ -79,12 +78,6 @@ class Option:
     @property
     def file_key(self) -> str:
         return self.key.rpartition(".")[2]
-
-    @property
-    def file_rule(self) -> rules.Rule:
-        """The rule of the file's key: a boolean there is a YAML boolean, never quoted text
-        (flags and variables, text by nature, take ``rule``'s spellings)."""
-        return rules.unquoted(self.rule) if self.kind == "boolean" else self.rule
 
     def default_text(self) -> str:
         """The default as a user writes it."""
@@ -288,11 +281,6 @@ ENGINE_FIELDS: Final[dict[str, tuple[rules.Rule, str]]] = {
     "enabled": (rules.boolean, "boolean"),
     "shares": (rules.shares, f"integer 1 to {MAX_SHARES}"),
     "functions": (rules.choice(FUNCTIONS), ", ".join(f"`{f}`" for f in FUNCTIONS)),
-}
-# The file's rules of the engine fields: a boolean or a count there is a YAML value, not text.
-ENGINE_FILE_RULES: Final[dict[str, rules.Rule]] = {
-    name: rules.unquoted(rule) if name in ("enabled", "shares") else rule
-    for name, (rule, _) in ENGINE_FIELDS.items()
 }
 # The one flag that is not a row: it rewrites engines.<name>.enabled for every engine at once.
 ENABLE_ENGINES_FLAG: Final = "--enable-engines"

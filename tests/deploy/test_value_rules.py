@@ -22,8 +22,9 @@ from kae_deviceplugin.config.chart_rules import (
     OPTIONAL_VALUES,
     generated_nodes,
 )
+from kae_deviceplugin.config.file import ENGINE_FILE_RULES, file_rule
 from kae_deviceplugin.config.rules import Rule, optional
-from kae_deviceplugin.config.schema import ENGINE_FILE_RULES, OPTIONS_BY_FIELD, Kind
+from kae_deviceplugin.config.schema import OPTIONS_BY_FIELD, Kind
 from kae_deviceplugin.core.views import FUNCTIONS
 from tests.deploy.test_deploy import CHART, NAMESPACE, REPO, daemon_config, helm_run
 
@@ -50,7 +51,7 @@ ACCEPTED: dict[Kind, list[object]] = {
 def _rule_and_kind(key: str) -> tuple[Rule, Kind, tuple[str, ...]]:
     if key in CHART_VALUES:
         option = OPTIONS_BY_FIELD[CHART_VALUES[key]]
-        rule = option.file_rule  # the chart writes the value into the config file as written
+        rule = file_rule(option)  # the chart writes the value into the config file as written
         rule = optional(rule) if key in OPTIONAL_VALUES else rule  # "": not set
         return rule, option.kind, option.choices
     field = key.rpartition(".")[2]  # config.engines.<engine>.<field>
