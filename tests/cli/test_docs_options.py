@@ -35,6 +35,8 @@ OTHER_TOOLS = {
     "--create-namespace": "helm",
     "--namespace": "helm",
     "--set": "helm",
+    "--set-string": "helm",
+    "--field-selector": "kubectl",
     "--reuse-values": "helm",
     "--dry-run": "helm",
     "--isolation": "buildah",
