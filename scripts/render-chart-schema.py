@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Rewrite the chart's generated value rules from the daemon's settings table.
 
-Writes the daemon-setting nodes of deploy/helm/kae-device-plugin/values.schema.json (the rest of
-that file is written by hand) and templates/_value_rules.tpl (the duration range check).
+Writes the daemon-setting nodes of deploy/helm/kae-device-plugin/values.schema.json (their types;
+the rest of that file is written by hand) and templates/_value_rules.tpl (their spelling and
+range, checked with the daemon's own messages).
 
 Usage: python scripts/render-chart-schema.py [--check]
 tests/deploy/test_value_rules.py fails when the committed files are stale.
@@ -16,10 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # render from this checkout's rules, not an installed copy's
 
-from kae_deviceplugin.config.chart_rules import (  # noqa: E402 -- needs the path above
-    render_duration_template,
-    render_schema,
-)
+from kae_deviceplugin.config.chart_checks import render_value_template  # noqa: E402
+from kae_deviceplugin.config.chart_rules import render_schema  # noqa: E402 -- the path above
 
 CHART = ROOT / "deploy" / "helm" / "kae-device-plugin"
 SCHEMA = CHART / "values.schema.json"
@@ -29,7 +28,7 @@ TEMPLATE = CHART / "templates" / "_value_rules.tpl"
 def main() -> int:
     wanted = {
         SCHEMA: render_schema(SCHEMA.read_text(encoding="utf-8")),
-        TEMPLATE: render_duration_template(),
+        TEMPLATE: render_value_template(),
     }
     stale = [p for p, text in wanted.items() if not p.exists() or p.read_text("utf-8") != text]
     if "--check" in sys.argv[1:]:

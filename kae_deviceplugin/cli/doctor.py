@@ -149,9 +149,9 @@ def _fetch(url: str) -> tuple[int, str]:
         return err.code, err.read().decode(errors="replace")
 
 
-def check_daemon(metrics_address: str, resources: bool = True) -> list[Row]:
-    """A daemon's /readyz (registered and streamed from) and which resources it registered
-    (``resources``: a DRA driver registers none; its /readyz covers registration and slices)."""
+def check_daemon(metrics_address: str) -> list[Row]:
+    """A daemon's /readyz (registered and streamed from, or in DRA mode registered and its
+    slices published) and what the kubelet registered: resources, or the DRA driver's name."""
     if not metrics_address:
         return [Row("daemon", Status.SKIP, "no --metrics-address to ask")]
     try:
@@ -164,7 +164,7 @@ def check_daemon(metrics_address: str, resources: bool = True) -> list[Row]:
         reason = getattr(err, "reason", err)
         fix = "start it (the chart's DaemonSet), or pass --metrics-address where it listens"
         return [Row("daemon", Status.FAIL, f"nothing answers at {base}: {reason}", (fix,))]
-    registered = f"; registered: {_registered(base)}" if resources else ""
+    registered = f"; registered: {_registered(base)}"
     if status == 200:
         return [Row("daemon", Status.OK, f"ready at {base}{registered}")]
     fix = "the kubelet has not registered it or streams from it: see the kubelet check and its log"
@@ -216,7 +216,7 @@ def run_checks(
     rows += check_dev_nodes(targets.dev_root, inventory)
     dra = targets.mode == "dra"
     rows += check_dra(targets, inventory, connect) if dra else check_kubelet(targets.kubelet_root)
-    rows += check_daemon(targets.metrics_address, resources=not dra)
+    rows += check_daemon(targets.metrics_address)
     rows += check_nfd(targets.nfd_features_file, datetime.now(UTC))
     return rows
 

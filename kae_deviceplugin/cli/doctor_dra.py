@@ -110,7 +110,27 @@ def _warned(row: Row) -> Row:
     return Row(row.check, Status.WARN, row.detail, row.fixes)
 
 
-def check_one_mode(kubelet_root: Path) -> list[Row]:
+# The chart's label that gives a node a per-node configuration, and the name its README uses
+# for the configuration in DRA mode: relabelling moves only this node, to that DaemonSet.
+CONFIG_LABEL = "openfuyao.com/kae.config"
+DRA_CONFIG = "dra"
+
+
+def one_mode_fix(node: str | None) -> str:
+    """How to keep the DRA driver and drop the device plugin on one node. Not the opt-out label
+    openfuyao.com/kae.deploy.device-plugin=false: both of the chart's DaemonSets honour it, so
+    the driver would leave too."""
+    where = node or "<node>"
+    return (
+        "one mode per node, never both (a device could go to a pod and to a claim at once): "
+        f"with the chart, give the node a configuration in DRA mode (helm upgrade ... --set "
+        f"configs.{DRA_CONFIG}.mode=dra, then kubectl label node {where} "
+        f"{CONFIG_LABEL}={DRA_CONFIG}): its device-plugin pod leaves and a DRA pod serves it; "
+        "a device plugin started otherwise: stop it on this node"
+    )
+
+
+def check_one_mode(kubelet_root: Path, node: str | None = None) -> list[Row]:
     """A device plugin's sockets beside the DRA driver: the same devices offered twice."""
     found = sorted(
         str(path)
@@ -121,11 +141,7 @@ def check_one_mode(kubelet_root: Path) -> list[Row]:
     if not found:
         return [Row("one mode per node", Status.OK, "no device-plugin socket of ours")]
     detail = f"the device plugin runs here too: {', '.join(found)}"
-    fix = (
-        "one mode per node, never both (a device could go to a pod and to a claim at once): "
-        "label the node openfuyao.com/kae.deploy.device-plugin=false, or stop the DRA driver"
-    )
-    return [Row("one mode per node", Status.WARN, detail, (fix,))]
+    return [Row("one mode per node", Status.WARN, detail, (one_mode_fix(node),))]
 
 
 def load_checkpoint(kubelet_root: Path) -> tuple[Row, Checkpoint | None]:
@@ -183,7 +199,7 @@ def check_cdi_specs(cdi_dir: Path, checkpoint: Checkpoint) -> list[Row]:
 
 def check_dra(targets: DraTargets, inventory: Inventory, connect: Connect | None) -> list[Row]:
     """Every DRA-mode check, in the order a claim meets them."""
-    rows = check_one_mode(targets.kubelet_root)
+    rows = check_one_mode(targets.kubelet_root, targets.node_name)
     rows += check_registration(targets.kubelet_root)
     rows += check_slices(
         inventory, targets.sysfs_root, targets.node_name, targets.kubeconfig, connect

@@ -25,10 +25,31 @@ from kae_deviceplugin.errors import ApiError
 Connect = Callable[[Path | None], ApiServer]
 API_TIMEOUT = 15.0  # two calls of at most 10 s each would be a broken API server anyway
 CHECK = "dra slices"
+# What the driver's identity may do: (API group, resource, verbs), as the chart's ClusterRole
+# grants it (a test holds the two equal) and deploy/dra/README.md lists it.
+DRIVER_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "resource.k8s.io",
+        "resourceslices",
+        ("get", "list", "watch", "create", "update", "patch", "delete"),
+    ),
+    ("resource.k8s.io", "resourceclaims", ("get",)),
+    ("", "nodes", ("get",)),
+)
+
+
+def _rules_text() -> str:
+    def group(name: str) -> str:
+        return name or "the core group"
+
+    return "; ".join(
+        f"in {group(g)}, {resource} {', '.join(verbs)}" for g, resource, verbs in DRIVER_RULES
+    )
+
+
 RBAC_FIX = (
     "the identity (the kubeconfig's user, in a pod its service account) needs the driver's "
-    "ClusterRole: in resource.k8s.io, resourceslices get, list, watch, create, update, delete "
-    "and resourceclaims get; in the core group, nodes get (deploy/dra/README.md)"
+    f"ClusterRole: {_rules_text()} (the chart's <release>-dra; deploy/dra/README.md)"
 )
 NODE_FIX = "--node-name (KAE_DP_NODE_NAME) or NODE_NAME must be the node's name in the API"
 

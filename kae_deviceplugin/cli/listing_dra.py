@@ -26,7 +26,15 @@ from kae_deviceplugin.dra.checkpoint import CheckpointFile
 from kae_deviceplugin.dra.slice_devices import device_name
 from kae_deviceplugin.errors import CheckpointError
 
-__all__ = ["CheckpointError", "Holder", "claim_holders", "render_json", "render_table"]
+__all__ = [
+    "CheckpointError",
+    "Holder",
+    "claim_holders",
+    "missing_state",
+    "render_json",
+    "render_table",
+]
+ROOT_HINT = "the kubelet's --root-dir (k0s: /var/lib/k0s/kubelet)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +51,26 @@ class Holder:
 
 
 Holders = Mapping[str, Sequence[Holder]]  # by DRA device name
+
+
+def missing_state(kubelet_root: Path) -> str | None:
+    """Why there is no driver state to read under ``kubelet_root`` (one line), or None.
+
+    A kubelet root that is not a directory is a bad option (it starts with the flag's name); a
+    root without the driver's directory means the driver never ran with this root. Either would
+    otherwise list every device as free, which is what a mistyped root must not look like.
+    """
+    if not kubelet_root.is_dir():
+        why = "does not exist" if not kubelet_root.exists() else "is not a directory"
+        flag = "--kubelet-root (KAE_DP_KUBELET_ROOT)"
+        return f"{flag} {kubelet_root} {why}; it must name {ROOT_HINT}"
+    directory = plugin_dir(kubelet_root)
+    if not directory.is_dir():
+        return (
+            f"no DRA driver state in {directory}: the driver has not run on this node with "
+            f"--kubelet-root {kubelet_root}; check that it is {ROOT_HINT}"
+        )
+    return None
 
 
 def claim_holders(kubelet_root: Path) -> dict[str, list[Holder]]:
@@ -82,11 +110,28 @@ def _missing(inventory: Inventory, holders: Holders) -> list[str]:
     ]
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' * (number != 1)}"
+
+
+def claims_summary(inventory: Inventory, holders: Holders) -> str:
+    """The claims line: devices held and by how many claims, counting only devices this node
+    shows (a claim on a vanished device has a line of its own), and those shared by several,
+    so that one device held by two claims reads as the shared device it is."""
+    here = [holders[name] for d in inventory if (name := device_name(d)) in holders]
+    if not here:
+        return "no device held by a claim"
+    claims = {h.uid for found in here for h in found}
+    shared = sum(len({h.uid for h in found}) > 1 for found in here)
+    line = f"{_count(len(here), 'device')} held, by {_count(len(claims), 'claim')}"
+    if shared:
+        line += f" ({_count(shared, 'device')} shared by several claims)"
+    return line
+
+
 def render_table(inventory: Inventory, holders: Holders) -> str:
     """list's table with the DRA device and claim columns, the totals and a claims line."""
-    claimed = {h.uid for found in holders.values() for h in found}
-    held = sum(device_name(d) in holders for d in inventory)
-    summary = f"{held} held by {len(claimed)} claim{'s' * (len(claimed) != 1)}"
+    summary = claims_summary(inventory, holders)
     if not inventory.devices:
         return "\n".join([NO_DEVICES, *_missing(inventory, holders)])
     rows: list[tuple[str, ...]] = [(*HEADER, "DRA DEVICE", "CLAIM")]

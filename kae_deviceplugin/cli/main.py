@@ -135,6 +135,10 @@ def _dra_listing(inventory: Inventory, kubelet_root: Path, output: str) -> str:
     """The DRA listing; a checkpoint that cannot be read is exit 1 naming it, as serve refuses."""
     from kae_deviceplugin.cli import listing_dra  # noqa: PLC0415 -- loads the DRA modules
 
+    where = listing_dra.missing_state(kubelet_root)  # a mistyped root must not read as "free"
+    if where is not None:
+        exception = BadInvocation if where.startswith("--kubelet-root") else click.ClickException
+        raise exception(where)
     try:
         holders = listing_dra.claim_holders(kubelet_root)
     except (listing_dra.CheckpointError, OSError) as err:

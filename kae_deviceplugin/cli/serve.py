@@ -9,6 +9,7 @@ a file key accept the same spellings (``on``/``true``/``1``, choices in any case
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,7 +17,12 @@ from typing import Any, TypeVar
 import click
 
 from kae_deviceplugin.config.reload import ConfigSource
-from kae_deviceplugin.config.resolve import enable_only, parse_engine_list, resolve_settings
+from kae_deviceplugin.config.resolve import (
+    check_node_name_variable,
+    enable_only,
+    parse_engine_list,
+    resolve_settings,
+)
 from kae_deviceplugin.config.schema import (
     ENABLE_ENGINES_FLAG,
     ENV_PREFIX,
@@ -138,7 +144,9 @@ def settings_or_exit(
     same refusal for serve and doctor)."""
     try:
         overrides, sources = overrides_from(ctx, params)
-        return load_settings(config_path, overrides, sources)
+        settings, source = load_settings(config_path, overrides, sources)
+        check_node_name_variable(settings, os.environ)  # DRA's fallback, judged as the flag
+        return settings, source
     except InvalidConfig as err:
         for line in err.lines():
             click.echo(f"error: {line}", err=True)

@@ -13,8 +13,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from kae_deviceplugin.config.rules import Rule, did_you_mean
-from kae_deviceplugin.config.schema import ENGINE_FIELDS, OPTIONS
+from kae_deviceplugin.config.rules import Rule, did_you_mean, unquoted
+from kae_deviceplugin.config.schema import ENGINE_FIELDS, OPTIONS, Option
 from kae_deviceplugin.core.engines import ENGINES_BY_NAME
 from kae_deviceplugin.errors import MISSING, ConfigError, InvalidConfig, show
 
@@ -32,14 +32,34 @@ class FileConfig:
     env: Mapping[str, object]
 
 
-# The rule of every field, keyed by Settings field name (env fields by EnvSettings field name).
+# The rule of every field, keyed by Settings field name (env fields by EnvSettings field name),
+# for flags and variables; the FILE_ ones judge the file's keys, whose booleans are YAML's.
 SETTING_RULES: Final[Mapping[str, Rule]] = {
     o.field: o.rule for o in OPTIONS if not o.field.startswith("env.")
 }
 ENV_RULES: Final[Mapping[str, Rule]] = {
     o.name: o.rule for o in OPTIONS if o.field.startswith("env.")
 }
+
+
+def file_rule(option: Option) -> Rule:
+    """The rule of ``option``'s file key: a boolean there is a YAML boolean, never quoted text
+    (flags and variables, text by nature, take the row's rule and its spellings)."""
+    return unquoted(option.rule) if option.kind == "boolean" else option.rule
+
+
+FILE_SETTING_RULES: Final[Mapping[str, Rule]] = {
+    o.field: file_rule(o) for o in OPTIONS if not o.field.startswith("env.")
+}
+FILE_ENV_RULES: Final[Mapping[str, Rule]] = {
+    o.name: file_rule(o) for o in OPTIONS if o.field.startswith("env.")
+}
 ENGINE_RULES: Final[Mapping[str, Rule]] = {name: rule for name, (rule, _) in ENGINE_FIELDS.items()}
+# The file's rules of the engine fields: a boolean or a count there is a YAML value, not text.
+ENGINE_FILE_RULES: Final[Mapping[str, Rule]] = {
+    name: unquoted(rule) if name in ("enabled", "shares") else rule
+    for name, rule in ENGINE_RULES.items()
+}
 ENV_KEYS: Final = {o.file_key: o.name for o in OPTIONS if o.section == "env"}
 _KEYS: dict[str, dict[str, str]] = {}  # section -> {key as written: field name}
 for _option in OPTIONS:
@@ -89,13 +109,19 @@ def read_section(
     return fields
 
 
-def read_engines(value: object, path: str, errors: list[ConfigError]) -> dict[str, Any]:
-    """Validate ``{engine name: {field: value}}`` against the engine table, in document order."""
-    keys = {key: key for key in ENGINE_RULES}
+def read_engines(
+    value: object,
+    path: str,
+    errors: list[ConfigError],
+    field_rules: Mapping[str, Rule] = ENGINE_FILE_RULES,
+) -> dict[str, Any]:
+    """Validate ``{engine name: {field: value}}`` against the engine table, in document order
+    (by the file's rules unless ``field_rules`` says: overrides take text spellings)."""
+    keys = {key: key for key in field_rules}
 
     def engine_rule(name: str) -> Rule:
         return lambda item: MappingProxyType(
-            read_section(item, keys, ENGINE_RULES, join(path, name), errors)
+            read_section(item, keys, field_rules, join(path, name), errors)
         )
 
     names = {name: name for name in ENGINES_BY_NAME}
@@ -116,13 +142,13 @@ def parse_config(data: object, source: str) -> FileConfig:
     env: dict[str, object] = {}
     for key, item in data.items():
         if key in _KEYS[""]:
-            settings |= read_section({key: item}, _KEYS[""], SETTING_RULES, "", errors)
+            settings |= read_section({key: item}, _KEYS[""], FILE_SETTING_RULES, "", errors)
         elif key in _SECTIONS:
-            settings |= read_section(item, _KEYS[key], SETTING_RULES, key, errors)
+            settings |= read_section(item, _KEYS[key], FILE_SETTING_RULES, key, errors)
         elif key == "engines":
             engines = read_engines(item, key, errors)
         elif key == "env":
-            env = read_section(item, ENV_KEYS, ENV_RULES, key, errors)
+            env = read_section(item, ENV_KEYS, FILE_ENV_RULES, key, errors)
         elif not isinstance(key, str):
             errors.append(ConfigError(show(key), MISSING, "keys must be strings"))
         elif key != "version":

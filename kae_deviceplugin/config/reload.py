@@ -8,8 +8,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from kae_deviceplugin.config.file import load_config_file
-from kae_deviceplugin.config.resolve import resolve_settings, restart_required
+from kae_deviceplugin.config.file import FileConfig, load_config_file
+from kae_deviceplugin.config.resolve import (
+    file_keys,
+    resolve_settings,
+    restart_required,
+    where_set,
+)
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.errors import InvalidConfig
 
@@ -39,11 +44,17 @@ class ConfigSource:
         self.overrides = dict(overrides)
         self.sources = dict(sources or {})
         self._seen = _identity(path)
+        self.file: FileConfig | None = None  # as read at start
 
     def initial(self) -> Settings:
         """Settings at start; raises InvalidConfig listing every problem."""
         self._seen = _identity(self.path)
-        return resolve_settings(load_config_file(self.path), self.overrides, sources=self.sources)
+        self.file = load_config_file(self.path)
+        return resolve_settings(self.file, self.overrides, sources=self.sources)
+
+    def label(self, field: str) -> str:
+        """How the user wrote ``field`` (a flag, a variable, or the file's key) for messages."""
+        return where_set(field, self.sources, self.file)
 
     def changed(self) -> bool:
         return _identity(self.path) != self._seen
@@ -62,8 +73,9 @@ class ConfigSource:
         frozen = restart_required(current, new)
         if frozen:
             log.warning(
-                "configuration changes %s need a restart to take effect; keeping running values",
-                ", ".join(frozen),
+                "configuration changes of %s need a restart to take effect; keeping the running "
+                "values until the pod restarts",
+                file_keys(frozen),
             )
             new = _keep(new, current, frozen)
         return new

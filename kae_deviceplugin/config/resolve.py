@@ -13,6 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from kae_deviceplugin.config.file import (
+    ENGINE_RULES,
     ENV_RULES,
     SETTING_RULES,
     FileConfig,
@@ -20,7 +21,7 @@ from kae_deviceplugin.config.file import (
     read_engines,
     read_section,
 )
-from kae_deviceplugin.config.rules import did_you_mean
+from kae_deviceplugin.config.rules import did_you_mean, node_name
 from kae_deviceplugin.config.schema import ENABLE_ENGINES_FLAG, OPTIONS_BY_FIELD, restart_only
 from kae_deviceplugin.config.settings import EngineSettings, EnvSettings, Settings
 from kae_deviceplugin.core.engines import ENGINES, ENGINES_BY_NAME
@@ -30,6 +31,17 @@ from kae_deviceplugin.errors import MISSING, ConfigError, InvalidConfig
 def _label(key: str, sources: Mapping[str, str]) -> str:
     option = OPTIONS_BY_FIELD.get(key)
     return sources.get(key) or (option.flag if option else "--" + key.replace("_", "-"))
+
+
+def where_set(field: str, sources: Mapping[str, str], file: FileConfig | None) -> str:
+    """How the user wrote setting ``field``, for a message about its value: the flag or
+    ``KAE_DP_*`` variable that gave it, else ``<file>: <key>`` when the file did, else the flag
+    (the default's name)."""
+    if field in sources:
+        return sources[field]
+    if file is not None and field in file.settings:
+        return f"{file.source}: {OPTIONS_BY_FIELD[field].key}"
+    return _label(field, {})
 
 
 def resolve_settings(
@@ -56,7 +68,7 @@ def resolve_settings(
     for key, value in overrides.items():
         label = _label(key, sources)
         if key == "engines":
-            for name, engine_fields in read_engines(value, label, errors).items():
+            for name, engine_fields in read_engines(value, label, errors, ENGINE_RULES).items():
                 engines[name].update(engine_fields)
         elif key == "env":
             env |= read_section(value, {name: name for name in ENV_RULES}, ENV_RULES, label, errors)
@@ -94,6 +106,21 @@ def _build(
     )
 
 
+NODE_NAME_VARIABLE = "NODE_NAME"  # the downward API's node name, DRA mode's fallback
+
+
+def check_node_name_variable(settings: Settings, environ: Mapping[str, str]) -> None:
+    """Judge $NODE_NAME by ``--node-name``'s rule where DRA mode will take it (no node name set):
+    a bad one is an InvalidConfig naming the variable, as a bad flag value is."""
+    value = environ.get(NODE_NAME_VARIABLE)
+    if settings.mode != "dra" or settings.node_name or not value:
+        return
+    try:
+        node_name(value)
+    except ValueError as exc:
+        raise InvalidConfig([ConfigError(NODE_NAME_VARIABLE, value, str(exc))]) from None
+
+
 def parse_engine_list(text: str, *, label: str = ENABLE_ENGINES_FLAG) -> frozenset[str]:
     """Engine names from ``hpre,sec`` (commas or spaces, any case), checked against the table."""
     names = [word.lower() for word in text.replace(",", " ").split()]
@@ -125,7 +152,13 @@ def restart_required(old: Settings, new: Settings) -> list[str]:
     def value(settings: Settings, name: str) -> object:
         return getattr(settings, f"effective_{name}", getattr(settings, name))
 
-    return [name for name in restart_only() if value(old, name) != value(new, name)]
+    changed = [name for name in restart_only() if value(old, name) != value(new, name)]
+    return changed
+
+
+def file_keys(fields: list[str]) -> str:
+    """Settings named as the configuration file spells them (``dra.unhealthyTaintEffect``)."""
+    return ", ".join(OPTIONS_BY_FIELD[f].key if f in OPTIONS_BY_FIELD else f for f in fields)
 
 
 def check_config(path: str | Path) -> list[str]:

@@ -80,6 +80,26 @@ def boolean(value: object) -> bool:
     return text in TRUE_WORDS
 
 
+def unquoted(rule: Rule) -> Rule:
+    """``rule`` for a key of the configuration file whose YAML type says what it is (a boolean,
+    a count): text there is a quoted value, which the file refuses rather than guess at.
+
+    Flags and variables are text by nature and keep ``rule``'s spellings (``on``, ``"4"``).
+    """
+
+    def file_rule(value: object) -> object:
+        if isinstance(value, str):
+            try:
+                rule(None)
+            except ValueError as err:  # the rule's own sentence: "must be true or false"
+                raise ValueError(
+                    f"{err}, written without quotes (a YAML value, not text)"
+                ) from None
+        return rule(value)
+
+    return file_rule
+
+
 SHARES_TEXT_PATTERN: Final = r"\s*[+-]?[0-9]{1,18}\s*"  # a count written as text (flags, env)
 
 

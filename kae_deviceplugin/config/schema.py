@@ -26,20 +26,11 @@ from kae_deviceplugin.core.ids import MAX_SHARES
 from kae_deviceplugin.core.placement import POLICIES
 from kae_deviceplugin.core.views import FUNCTIONS
 
-__all__ = [  # Kind, Reload, RELOAD_TEXT and show_value live in kinds.py, re-exported here
-    "ENABLE_ENGINES_FLAG",
-    "ENGINE_FIELDS",
-    "ENV_PREFIX",
-    "OPTIONS",
-    "OPTIONS_BY_FIELD",
-    "RELOAD_TEXT",
-    "Kind",
-    "Option",
-    "Reload",
-    "default_of",
-    "restart_only",
-    "show_value",
-]
+# Kind, Reload, RELOAD_TEXT and show_value live in kinds.py, re-exported here.
+# fmt: off
+__all__ = ["ENABLE_ENGINES_FLAG", "ENGINE_FIELDS", "ENV_PREFIX", "OPTIONS", "OPTIONS_BY_FIELD",
+           "RELOAD_TEXT", "Kind", "Option", "Reload", "default_of", "restart_only", "show_value"]
+# fmt: on
 
 ENV_PREFIX: Final = "KAE_DP_"
 

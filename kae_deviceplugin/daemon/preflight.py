@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+from collections.abc import Callable
 from pathlib import Path
 
 from kae_deviceplugin.config.rules import parse_address
+from kae_deviceplugin.config.schema import OPTIONS_BY_FIELD
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, StartupError
 from kae_deviceplugin.observability.http import listen
@@ -21,16 +24,23 @@ from kae_deviceplugin.observability.http import listen
 log = logging.getLogger(__name__)
 
 CLASS_DIR = Path("class") / "uacce"
+# How a setting is named in a message: its flag, its variable, or its key in the config file,
+# as the user wrote it (ConfigSource.label); the flag where nothing else is known.
+Label = Callable[[str], str]
 
 
-def check_roots(settings: Settings) -> None:
+def flag_of(field: str) -> str:
+    return OPTIONS_BY_FIELD[field].flag
+
+
+def check_roots(settings: Settings, label: Label = flag_of) -> None:
     """Refuse a sysfs or dev root that does not exist; warn when the uacce class is missing."""
-    for flag, root in (("--sysfs-root", settings.sysfs_root), ("--dev-root", settings.dev_root)):
+    for field, root in (("sysfs_root", settings.sysfs_root), ("dev_root", settings.dev_root)):
         if not root.is_dir():
             why = "does not exist" if not root.exists() else "is not a directory"
             raise StartupError(
-                f"{flag} {root} {why}; on a node it is the default, for a fixture tree its "
-                f"{'sys' if flag == '--sysfs-root' else 'dev'}/ directory",
+                f"{label(field)} {root} {why}; on a node it is the default, for a fixture tree "
+                f"its {'sys' if field == 'sysfs_root' else 'dev'}/ directory",
                 code=EXIT_USAGE,
             )
     if not (settings.sysfs_root / CLASS_DIR).is_dir():
@@ -42,7 +52,7 @@ def check_roots(settings: Settings) -> None:
         )
 
 
-def check_kubelet_root(settings: Settings) -> None:
+def check_kubelet_root(settings: Settings, label: Label = flag_of) -> None:
     """Refuse a kubelet root that is missing or not a directory, when our sockets go below it.
 
     Creating it would only wait forever for a kubelet that uses another root; a file there is a
@@ -55,7 +65,7 @@ def check_kubelet_root(settings: Settings) -> None:
         return
     why = "is not a directory" if root.exists() else "does not exist"
     raise StartupError(
-        f"--kubelet-root {root} {why}; it must name the kubelet's --root-dir "
+        f"{label('kubelet_root')} {root} {why}; it must name the kubelet's --root-dir "
         "(default /var/lib/kubelet; k0s: /var/lib/k0s/kubelet)",
         code=EXIT_USAGE,
     )
@@ -64,18 +74,28 @@ def check_kubelet_root(settings: Settings) -> None:
 def check_listen(address: str, flag: str = "--metrics-address") -> None:
     """Bind ``address`` once and let go, so a busy port stops the start (exit 3), not later.
 
-    Port 0 (any free port) and "" (no endpoint) need no check.
+    Port 0 (any free port) and "" (no endpoint) need no bind; a host name that does not
+    resolve is a bad value (exit 2), named, rather than the resolver's bare error number.
     """
     if not address:
         return
     host, port = parse_address(address)
+    try:
+        if host:  # port 0 binds later, but a name that does not resolve never will
+            socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:  # errno is the resolver's (-2), which os.strerror cannot name
+        raise StartupError(
+            f"{flag} {address}: the host {host!r} does not resolve ({err.strerror}); give an IP "
+            "address, or a name this node resolves",
+            code=EXIT_USAGE,
+        ) from None
     if port == 0:
         return
     try:
         listen(host, port).close()
     except OSError as err:
         cause = os.strerror(err.errno).lower() if err.errno else str(err)
-        off = f' ({flag} "" turns the endpoint off)' if flag == "--metrics-address" else ""
+        off = "" if flag == "--serve" else f' ({flag} "" turns the endpoint off)'
         raise StartupError(
             f"{flag} {address}: cannot listen ({cause}); free the port or choose another{off}",
             code=EXIT_ENVIRONMENT,

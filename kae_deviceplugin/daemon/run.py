@@ -21,7 +21,12 @@ from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.daemon.host_files import remove_if_unused
 from kae_deviceplugin.daemon.hotplug import udev_task
 from kae_deviceplugin.daemon.memory import release_startup_memory
-from kae_deviceplugin.daemon.preflight import check_kubelet_root, check_listen, check_roots
+from kae_deviceplugin.daemon.preflight import (
+    check_kubelet_root,
+    check_listen,
+    check_roots,
+    flag_of,
+)
 from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats, RootTask
 from kae_deviceplugin.deviceplugin.frontend import DevicePluginFrontEnd
@@ -117,9 +122,10 @@ def build_for_mode(settings: Settings, source: ConfigSource | None = None) -> Da
 def run_serve(settings: Settings, source: ConfigSource | None = None) -> int:
     """Run serve to its end; the exit code (see the README's table of exit codes)."""
     try:
-        check_roots(settings)
-        check_kubelet_root(settings)
-        check_listen(settings.metrics_address)
+        label = source.label if source is not None else flag_of  # the file's key, if it set one
+        check_roots(settings, label)
+        check_kubelet_root(settings, label)
+        check_listen(settings.metrics_address, label("metrics_address"))
         daemon = build_for_mode(settings, source)
         daemon.front.prepare()  # a socket directory it cannot use: one line and exit 3, now
         log.info(

@@ -109,6 +109,19 @@ class Daemon(Generic[F]):
     def registered(self) -> Set[str]:
         return self.front.registered
 
+    @property
+    def expected_registrations(self) -> frozenset[str]:
+        """The names the kubelet must have registered before pods are served: each resource the
+        device plugin serves, or, in DRA mode, the driver alone (one registration serves every
+        engine, and its views' resource names are never registered)."""
+        if self.front.name == "dra":
+            # Imported only here: a DRA daemon has loaded the module already, a device-plugin
+            # daemon never takes this branch (it must load none of DRA's modules).
+            from kae_deviceplugin.dra.api import DRIVER  # noqa: PLC0415
+
+            return frozenset({DRIVER})
+        return frozenset(self.front.views)
+
     def not_ready(self) -> list[str]:
         return self.front.not_ready()
 

@@ -44,6 +44,13 @@ log = logging.getLogger(__name__)
 # the DaemonSet's probes timeoutSeconds >= 3 so they see the 503 rather than their own timeout.)
 LOOP_TIMEOUT = 2.0
 BIND_RETRY = 5.0
+# /allocations in DRA mode: no device-plugin allocation exists there (the list is truly empty),
+# and the pod-resources API, which the DRA pod does not mount, would not list claims anyway.
+DRA_ALLOCATIONS: dict[str, object] = {
+    "allocations": [],
+    "note": "DRA mode: devices are held by ResourceClaims; `kae-deviceplugin list --mode dra` "
+    "on the node names each device's claim",
+}
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -103,6 +110,8 @@ class Observed(Protocol):
     @property
     def registered(self) -> Set[str]: ...
     @property
+    def expected_registrations(self) -> frozenset[str]: ...
+    @property
     def counters(self) -> Counters: ...
     def alive(self) -> bool: ...
     def not_ready(self) -> list[str]: ...
@@ -148,6 +157,7 @@ def daemon_routes(
             frozenset(daemon.registered),
             holder.current,
             daemon.shared_queues(),
+            daemon.expected_registrations,
         )
 
     async def held() -> tuple[Allocations | None, str | None]:
@@ -163,6 +173,8 @@ def daemon_routes(
         return Response(200, content_type, body)
 
     def allocations(headers: Headers) -> Response:
+        if daemon.settings.mode == "dra":  # the kubelet's pod-resources API lists no claims
+            return Response(200, "application/json", json.dumps(DRA_ALLOCATIONS).encode())
         try:
             current, problem = calls.awaited(held, LOOP_TIMEOUT + LIST_TIMEOUT)
         except (TimeoutError, RuntimeError):

@@ -40,6 +40,9 @@ class Snapshot:
     registered: frozenset[str]
     allocations: Allocations | None
     shared_queues: Mapping[str, QueueShare] | None = None  # DRA: by PCI address
+    # What the kubelet must have registered (the DRA driver's name in DRA mode); None: the
+    # served resources, the views' names, as in device-plugin mode.
+    expected: frozenset[str] | None = None
 
 
 def _ids(device: UacceDevice) -> list[str]:
@@ -142,13 +145,20 @@ def allocated_family(
 
 
 def daemon_families(snapshot: Snapshot) -> list[Metric]:
-    """The plugin's own state: registration per served resource, pod-resources reachability."""
+    """The plugin's own state: registration with the kubelet, pod-resources reachability.
+
+    ``kae_resource_registered`` has one series per name the kubelet registers: each enabled
+    resource in device-plugin mode, the driver's name (``kae.openfuyao.com``) in DRA mode, so
+    that ``== 0`` means "pods cannot get devices here" in both.
+    """
     registered = GaugeMetricFamily(
         "kae_resource_registered",
-        "1 if the resource is registered with the kubelet, else 0 (enabled resources only).",
+        "1 if the kubelet has registered it, else 0: each enabled resource (device-plugin "
+        "mode), or the DRA driver kae.openfuyao.com (DRA mode).",
         labels=["resource"],
     )
-    for resource in sorted(snapshot.views):
+    expected = snapshot.views if snapshot.expected is None else snapshot.expected
+    for resource in sorted(expected):
         registered.add_metric([resource], 1 if resource in snapshot.registered else 0)
     up = GaugeMetricFamily(
         "kae_pod_resources_up",

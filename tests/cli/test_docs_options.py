@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from kae_deviceplugin.cli.main import main
+from kae_deviceplugin.config.chart_rules import misplaced
 from kae_deviceplugin.config.schema import OPTIONS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,6 +35,8 @@ OTHER_TOOLS = {
     "--create-namespace": "helm",
     "--namespace": "helm",
     "--set": "helm",
+    "--set-string": "helm",
+    "--field-selector": "kubectl",
     "--reuse-values": "helm",
     "--dry-run": "helm",
     "--isolation": "buildah",
@@ -76,7 +79,10 @@ def test_every_option_the_docs_name_exists() -> None:
 def chart_accepts(schema: dict[str, Any], path: str) -> bool:
     """Whether values.schema.json has the value at ``path``: each part a property, or a key of
     a map (``configs.<name>`` continues with config's own properties; a free-form map such as
-    ``nodeSelector`` takes any key)."""
+    ``nodeSelector`` takes any key). The daemon's dra keys under the chart's ``dra`` are in the
+    schema only to be refused with a pointer by the chart: no chart value."""
+    if path in misplaced():
+        return False
     node = schema
     for part in path.split("."):
         extra = node.get("additionalProperties")

@@ -58,7 +58,9 @@ def test_a_forbidden_answer_names_the_cluster_role_verbs() -> None:
         (row,) = slice_rows(node.check())
         assert row.status is Status.FAIL and "HTTP 403 Forbidden" in row.detail
         fix = row.fixes[0]
-        assert "resourceslices get, list, watch, create, update, delete" in fix
+        assert (
+            "resourceslices get, list, watch, create, update, patch, delete" in fix
+        )  # the chart's
         assert "resourceclaims get" in fix and "nodes get" in fix
 
 

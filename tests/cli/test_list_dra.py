@@ -9,7 +9,7 @@ from click.testing import CliRunner, Result
 
 from kae_deviceplugin.cli.main import main
 from kae_deviceplugin.dra.checkpoint import CheckpointFile
-from tests.cli.dra_node import HPRE_0, SEC_0, UID_A, DraNode, dra_node
+from tests.cli.dra_node import HPRE_0, SEC_0, UID_A, UID_B, DraNode, dra_node
 
 
 def listed(node: DraNode, *extra: str) -> Result:
@@ -30,7 +30,7 @@ def test_the_table_names_each_device_and_its_claim() -> None:
         assert held.startswith("hpre    hisi_hpre-2") and f"team-a/rsa ({UID_A})" in held
         (free,) = [line for line in lines if SEC_0 in line]
         assert free.split()[-2:] == [SEC_0, "-"]
-        assert lines[-2:] == ["6 devices: 6 healthy, 0 unhealthy", "1 held by 1 claim"]
+        assert lines[-2:] == ["6 devices: 6 healthy, 0 unhealthy", "1 device held, by 1 claim"]
 
 
 def test_json_adds_the_dra_device_and_its_claims() -> None:
@@ -59,7 +59,7 @@ def test_a_claim_on_a_device_the_scan_lacks_is_named() -> None:
             lines[-1]
             == f"team-a/rsa ({UID_A}) holds hpre-0000-99-00-0, which this node does not show now"
         )
-        assert lines[-2] == "0 held by 1 claim"
+        assert lines[-2] == "no device held by a claim"  # the claim's own line says where
 
 
 def test_a_damaged_checkpoint_is_one_line_naming_it() -> None:
@@ -74,12 +74,45 @@ def test_a_damaged_checkpoint_is_one_line_naming_it() -> None:
 
 
 def test_list_mode_dra_creates_nothing_and_refuses_allocations() -> None:
-    """No plugin directory (the driver never ran): every device free, no directory made;
-    --allocations (the device plugin's pods) with --mode dra is a bad invocation."""
+    """No plugin directory (the driver never ran with this kubelet root, or the root is
+    mistyped): exit 1 and one line naming the directory, not every device listed as free; no
+    directory made. --allocations (the device plugin's pods) with --mode dra is a bad
+    invocation."""
     with dra_node() as node:
         node.plugin_dir.rmdir()
         result = listed(node, "--mode", "DRA")  # choices in any case, as serve's
-        assert result.exit_code == 0 and result.stdout.splitlines()[-1] == "0 held by 0 claims"
+        assert result.exit_code == 1 and result.stdout == "", result.output
+        (line,) = result.stderr.splitlines()
+        assert f"no DRA driver state in {node.plugin_dir}" in line and "--kubelet-root" in line
         assert not node.plugin_dir.exists()
         refused = listed(node, "--mode", "dra", "--allocations")
         assert refused.exit_code == 2 and "--allocations" in refused.stderr
+
+
+def test_a_kubelet_root_that_does_not_exist_is_a_bad_invocation() -> None:
+    """A mistyped --kubelet-root: exit 2 and one line naming it, as a bad root of list's."""
+    with dra_node() as node:
+        missing = node.root / "no-kubelet"
+        args = [
+            "list",
+            "--sysfs-root",
+            str(node.root / "sys"),
+            "--dev-root",
+            str(node.root / "dev"),
+        ]
+        result = CliRunner().invoke(main, [*args, "--kubelet-root", str(missing), "--mode", "dra"])
+        assert result.exit_code == 2 and result.stdout == ""
+        (line,) = result.stderr.splitlines()
+        assert f"--kubelet-root (KAE_DP_KUBELET_ROOT) {missing} does not exist" in line
+
+
+def test_a_device_two_claims_share_reads_as_shared() -> None:
+    """Two claims on one device: "1 device held, by 2 claims", saying it is shared, and both
+    claims in its row."""
+    with dra_node() as node:
+        node.prepare(UID_A, "zip-a", HPRE_0)
+        node.prepare(UID_B, "zip-b", HPRE_0)
+        lines = listed(node, "--mode", "dra").stdout.splitlines()
+        assert lines[-1] == "1 device held, by 2 claims (1 device shared by several claims)"
+        (row,) = [line for line in lines if HPRE_0 in line]
+        assert UID_A in row and UID_B in row

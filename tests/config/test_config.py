@@ -32,6 +32,7 @@ from kae_deviceplugin.config.resolve import (
     restart_required,
 )
 from kae_deviceplugin.config.rules import did_you_mean, parse_duration
+from kae_deviceplugin.config.schema import OPTIONS
 from kae_deviceplugin.config.settings import EngineSettings, EnvSettings, Settings
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.model import Function
@@ -132,6 +133,12 @@ def test_the_full_example_in_the_docs_is_valid_and_means_what_it_says(tmp_path: 
     assert s == dataclasses.replace(
         Settings(), env=EnvSettings(openssl_engines="/usr/local/lib/engines-1.1")
     )
+    # Full means every key of the settings table, the mode and the dra section included.
+    shown: set[str] = set()
+    for key, value in yaml.safe_load(example).items():
+        shown |= {f"{key}.{sub}" for sub in value} if isinstance(value, dict) else {key}
+    missing = {option.key for option in OPTIONS} - shown
+    assert not missing, f"the full example lacks {sorted(missing)}"
 
 
 # ---- valid values ------------------------------------------------------------------------------
@@ -224,7 +231,11 @@ INVALID: list[tuple[str, str, str]] = [
     ("registration: kubelet-sock", "registration", "did you mean 'kubelet-socket'?"),
     ("registration: 3", "registration", "must be one of auto, kubelet-socket, plugin-watcher"),
     ("allocationPolicy: spread", "allocationPolicy", "must be one of balanced, packed"),
-    ("containerSysfsView: maybe", "containerSysfsView", "must be true or false (got 'maybe')"),
+    (
+        "containerSysfsView: maybe",
+        "containerSysfsView",
+        "must be true or false, written without quotes (a YAML value, not text) (got 'maybe')",
+    ),
     ("cdi: 1", "cdi", "must be true or false (got 1)"),
     ("metricsAddress: 9410", "metricsAddress", 'must be a string such as ":9410"'),
     ('metricsAddress: "9410"', "metricsAddress", "must be host:port or :port"),

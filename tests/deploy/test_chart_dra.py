@@ -129,9 +129,11 @@ def test_token_is_mounted_in_dra_pods_only() -> None:
 
 
 def test_dra_pod_mounts_exactly_what_the_driver_uses() -> None:
-    """The driver's own plugins/ directory, plugins_registry, the CDI directory, /dev, state and
-    NFD; no device-plugins, no pod-resources."""
+    """The driver's own plugins/ directory, plugins_registry, the CDI directory, /dev, state,
+    NFD and, read-only, the runtimes' config directories; no device-plugins, no pod-resources."""
     assert host_mounts(render(None, DRA)) == {
+        "/etc/containerd": ("/etc/containerd", True),
+        "/etc/isulad": ("/etc/isulad", True),
         "/var/lib/kubelet/plugins/kae.openfuyao.com": (
             "/var/lib/kubelet/plugins/kae.openfuyao.com",
             False,
@@ -165,6 +167,8 @@ def test_dra_mounts_follow_kubelet_root_and_cdi_dir_and_ignore_registration() ->
         "/etc/cdi",
         "/dev",
         "/var/lib/kae-deviceplugin",
+        "/etc/containerd",
+        "/etc/isulad",
     }
     paths = daemon_config(objs)["paths"]
     assert (paths["kubeletRoot"], paths["cdiDir"]) == (root, "/etc/cdi")
@@ -252,3 +256,12 @@ def test_dra_switches_drop_their_objects() -> None:
     for c in of_kind(render(None, DRA, "dra.extendedResources=false"), "DeviceClass"):
         assert "extendedResourceName" not in c["spec"]
     assert not DRA_KINDS & {o["kind"] for o in render(None, DRA, "devicePlugin.enabled=false")}
+
+
+def test_a_chosen_runtime_config_mounts_its_directory_alone() -> None:
+    """config.dra.runtimeConfig set: only its directory is mounted (read-only, at the same
+    path the daemon reads), and the daemon's file names the file."""
+    objs = render(None, DRA, "config.dra.runtimeConfig=/etc/isulad/daemon.json")
+    mounts = host_mounts(objs)
+    assert mounts["/etc/isulad"] == ("/etc/isulad", True) and "/etc/containerd" not in mounts
+    assert "runtimeConfig: /etc/isulad/daemon.json" in json.dumps(objs)

@@ -118,10 +118,15 @@ def test_only_device_plugin_configurations_render_no_dra_objects(tmp_path: Path)
 
 
 def test_a_mode_the_daemon_does_not_have_is_refused() -> None:
-    """config.mode and a configuration's mode are device-plugin, dra or empty."""
-    for bad in ("config.mode=both", "configs.x.mode=DRA-ish"):
+    """config.mode and a configuration's mode are device-plugin, dra or empty, and the refusal
+    names the value where it was written and says so."""
+    for bad, where in (
+        ("config.mode=both", "config.mode"),
+        ("configs.x.mode=DRA-ish", "configs.x.mode"),
+    ):
         out = helm_run("template", "kae", str(CHART), "--set", bad)
-        assert out.returncode != 0 and "schema" in out.stderr, out.stderr
+        want = f'{where}: "{bad.partition("=")[2]}" must be one of device-plugin, dra, or empty'
+        assert out.returncode != 0 and want in out.stderr, out.stderr
 
 
 def test_psa_puts_every_namespaced_dra_object_in_the_plugin_namespace() -> None:

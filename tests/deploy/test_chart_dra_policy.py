@@ -7,6 +7,7 @@ writes pass. Also the DeviceClass selectors, against devices as the driver publi
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import celpy
@@ -14,8 +15,12 @@ import pytest
 from celpy import celtypes
 from celpy.adapter import json_to_cel
 
+from kae_deviceplugin.discovery.queues import QueueTotals
+from kae_deviceplugin.dra.slices import NodeRef, build_slices
+from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.deploy.test_chart_dra import DRA, ENGINES
 from tests.deploy.test_deploy import of_kind, one, render
+from tests.dra.inventories import tree_inventory
 
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
 DRIVER_USER = "system:serviceaccount:kae-system:kae-kae-device-plugin"
@@ -141,3 +146,47 @@ def test_each_device_class_selects_its_engine_of_our_driver_only() -> None:
             assert bool(selected) == (engine == wanted), (wanted, engine)
         other = json_to_cel(device(wanted, driver="gpu.example.com"))
         assert not evaluate(expression, {"device": other})
+
+
+def pooled(node: str, pool: str, driver: str = "kae.openfuyao.com") -> dict[str, Any]:
+    """A slice of ``node`` in the pool named ``pool`` of ``driver``."""
+    found = slice_on(node)
+    found["spec"] |= {"driver": driver, "pool": {"name": pool, "generation": 9}}
+    return found
+
+
+def test_the_driver_writes_the_pool_it_publishes(policy: dict[str, Any], tmp_path: Path) -> None:
+    """The slices the driver builds for its node (real ones, from a fixture node's scan) pass
+    on create, update and delete: the pins take nothing the driver needs."""
+    TREES["kunpeng920-2p"].build(tmp_path)
+    inventory = tree_inventory(tmp_path)
+    queues = QueueTotals(tmp_path / "sys").update(inventory)
+    plan = build_slices(inventory, NodeRef("n1", "uid-1"), generation=3, queues=queues)
+    assert plan.slices
+    for body in plan.slices:
+        assert admit(policy, request("CREATE", "n1"), body, None) is None
+        assert admit(policy, request("UPDATE", "n1"), body, body) is None
+        assert admit(policy, request("DELETE", "n1"), None, body) is None
+
+
+@pytest.mark.parametrize(
+    ("operation", "new", "old"),
+    [
+        ("CREATE", pooled("n1", "n2"), None),  # its own node's slice in another node's pool
+        ("UPDATE", pooled("n1", "n2"), pooled("n1", "n1")),
+        ("UPDATE", pooled("n1", "n1"), pooled("n1", "n2")),
+        ("DELETE", None, pooled("n1", "n2")),
+        ("CREATE", pooled("n1", "n1", "gpu.example.com"), None),  # another driver's slice
+        ("DELETE", None, pooled("n1", "n1", "gpu.example.com")),
+    ],
+)
+def test_the_pool_and_the_driver_are_pinned(
+    policy: dict[str, Any], operation: str, new: Any, old: Any
+) -> None:
+    """A slice of the driver's own node is still denied when its pool is not named after that
+    node or its driver is not ours, new or old: otherwise a newer generation in node n2's pool
+    would make n2's pool look outdated. The denial names what it found."""
+    denied = admit(policy, request(operation, "n1"), new, old)
+    assert denied is not None, (operation, new, old)
+    wrong = next(o for o in (new, old) if o and o["spec"] != pooled("n1", "n1")["spec"])
+    assert wrong["spec"]["pool"]["name"] in denied and wrong["spec"]["driver"] in denied

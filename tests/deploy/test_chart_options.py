@@ -98,7 +98,9 @@ def test_bind_pod_ip_puts_the_downward_api_address_into_the_daemon_env() -> None
     address = env[names.index("KAE_DP_METRICS_ADDRESS")]
     assert address["value"] == "$(POD_IP):9500"
     assert names.index("POD_IP") < names.index("KAE_DP_METRICS_ADDRESS")  # $(VAR) needs order
-    assert "KAE_DP_METRICS_ADDRESS" not in {e["name"] for e in container(objects())["env"]}
+    without = {e["name"]: e.get("value") for e in container(objects())["env"]}
+    assert "POD_IP" not in without
+    assert without["KAE_DP_METRICS_ADDRESS"] == ":9410"  # the file's address, for doctor
 
 
 def test_network_policy_admits_only_the_selected_scrapers_to_the_metrics_port() -> None:

@@ -126,7 +126,10 @@ def test_daemonsets_select_their_own_pods_and_the_default_is_unchanged(tmp_path:
     ("configs", "said"),
     [
         ({"vf-only": {"scanInterval": "2h"}}, "configs.vf-only.scanInterval"),
-        ({"vf-only": {"engines": {"sec": {"functions": "some"}}}}, "/configs/vf-only/engines"),
+        (
+            {"vf-only": {"engines": {"sec": {"functions": "some"}}}},
+            'configs.vf-only.engines.sec.functions: "some" must be one of all, pf, vf, prefer-vf',
+        ),
         ({"vf-only": {"unknownKey": 1}}, "/configs/vf-only"),
         ({"Bad_Name": {}}, "Bad_Name"),
     ],

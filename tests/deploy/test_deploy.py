@@ -172,11 +172,17 @@ def test_helm_lint_strict_passes(values: str) -> None:
 
 
 def test_values_schema_rejects_misspelt_and_invalid_values() -> None:
-    """values.schema.json turns a typo or a bad enum into an install-time error."""
-    for bad in ("operator.enabledHpre=false", "config.allocationPolicy=random", "kubeletRootDir=x"):
+    """values.schema.json turns a typo into an install-time error; the value checks a bad
+    choice or path, saying what the value must be."""
+    out = helm_run("template", "kae", str(CHART), "--set", "operator.enabledHpre=false")
+    assert out.returncode != 0 and "schema" in out.stderr, out.stderr
+    for bad, why in (
+        ("config.allocationPolicy=random", "must be one of balanced, packed"),
+        ("kubeletRootDir=x", "must be an absolute path"),
+    ):
         out = helm_run("template", "kae", str(CHART), "--set", bad)
-        assert out.returncode != 0, bad
-        assert "schema" in out.stderr, out.stderr
+        key, _, value = bad.partition("=")
+        assert out.returncode != 0 and f'{key}: "{value}" {why}' in out.stderr, out.stderr
 
 
 def test_container_is_hardened(objs: list[Obj]) -> None:

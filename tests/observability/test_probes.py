@@ -68,6 +68,7 @@ class FakeDaemon:
         self.inventory = Inventory()
         self.views: dict[str, ResourceView] = {}
         self.registered: set[str] = set()
+        self.expected_registrations: frozenset[str] = frozenset()
         self.is_alive = True
         self.missing = ["openfuyao.com/kae.hpre not registered or not streaming"]
         self.counters = Counters()

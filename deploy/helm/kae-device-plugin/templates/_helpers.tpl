@@ -82,7 +82,8 @@ The daemon's front end on a variant's nodes: its config.mode, or dra.enabled's c
 empty. Called with a variant's context (.Values.config merged), as every per-variant template is.
 */}}
 {{- define "kae.mode" -}}
-{{- default (ternary "dra" "device-plugin" .Values.dra.enabled) .Values.config.mode }}
+{{- /* Any case and blanks, as the daemon reads it (the value checks took its spelling). */}}
+{{- default (ternary "dra" "device-plugin" .Values.dra.enabled) (.Values.config.mode | toString | trim | lower) }}
 {{- end }}
 
 {{- define "kae.isDra" -}}
@@ -119,6 +120,13 @@ variant's values are merged as configmap.yaml and daemonset.yaml merge them (a c
 {{- printf "%s/plugins/kae.openfuyao.com" (include "kae.kubeletRoot" .) }}
 {{- end }}
 
+{{/* The host directories holding the container runtime's config, which the DRA driver reads to
+tell whether CDI devices are applied: config.dra.runtimeConfig's directory, else containerd's and
+iSulad's own (both: the chart does not know which runtime a node runs). */}}
+{{- define "kae.runtimeConfigDirs" -}}
+{{- with (.Values.config.dra | default dict).runtimeConfig }}{{ dir . }}{{ else }}/etc/containerd /etc/isulad{{ end }}
+{{- end }}
+
 {{/* The user name the API server gives the plugin's service account (RBAC, admission policy). */}}
 {{- define "kae.serviceAccountUser" -}}
 {{- printf "system:serviceaccount:%s:%s" (include "kae.namespace" .) (include "kae.serviceAccountName" .) }}
@@ -136,8 +144,6 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
 */}}
 {{- define "kae.configFile" -}}
 {{- $c := .Values.config -}}
-{{- $where := ternary (printf "configs.%s" (toString .configName)) "config" (not (empty .configName)) -}}
-{{- include "kae.rules.duration" (list (printf "%s.scanInterval" $where) $c.scanInterval) -}}
 {{- $engines := dict
       "hpre" (dict "enabled" .Values.operator.enabledHPRE "shares" $c.engines.hpre.shares "functions" $c.engines.hpre.functions)
       "sec" (dict "enabled" .Values.operator.enabledSEC "shares" $c.engines.sec.shares "functions" $c.engines.sec.functions)
@@ -176,6 +182,25 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
 {{- with $c.dra }}{{ $_ := set $file "dra" . }}{{ end }}
 {{- end }}
 {{- toYaml $file }}
+{{- end }}
+
+{{/*
+A hash of the config file's settings that the daemon cannot reload (kae.rules.restartKeys, from
+the daemon's table: the mode, the dra section, registration, the paths, the metrics address).
+It goes into the pod template, so `helm upgrade` of one of them rolls the pods; the others are
+reloaded from the ConfigMap and change no pod.
+*/}}
+{{- define "kae.restartChecksum" -}}
+{{- $file := include "kae.configFile" . | fromYaml }}
+{{- $picked := dict }}
+{{- range $key := include "kae.rules.restartKeys" . | fromJsonArray }}
+{{- $node := $file }}
+{{- range $part := splitList "." $key }}
+{{- if kindIs "map" $node }}{{ $node = get $node $part }}{{ else }}{{ $node = "" }}{{ end }}
+{{- end }}
+{{- $_ := set $picked $key $node }}
+{{- end }}
+{{- toJson $picked | sha256sum }}
 {{- end }}
 
 {{/*
