@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kae_deviceplugin.core.engines import ENGINES
+from kae_deviceplugin.core.ids import pool_device_name
 from kae_deviceplugin.core.model import Function, UacceDevice
 from kae_deviceplugin.dra.api import DRIVER
 from kae_deviceplugin.dra.quantity import format_quantity
@@ -91,8 +92,9 @@ class RenderedDevice:
 
 
 def device_name(device: UacceDevice) -> str:
-    """The device's name in the pool: a DNS label from the PCI address, never the uacce index."""
-    return f"{device.engine}-{device.pci_address.replace(':', '-').replace('.', '-')}"
+    """The device's name in the pool: a DNS label from the PCI address, never the uacce index
+    (the rule is core.ids.pool_device_name, which the device plugin reads too)."""
+    return pool_device_name(device.engine, device.pci_address)
 
 
 def algorithm_attribute(algorithm: str) -> str:
