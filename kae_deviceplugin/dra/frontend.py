@@ -17,6 +17,7 @@ import logging
 import os
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import grpc
@@ -39,6 +40,7 @@ from kae_deviceplugin.dra.api import (
 )
 from kae_deviceplugin.dra.checkpoint import CheckpointFile, claimed_queues
 from kae_deviceplugin.dra.health import add_health_servicers
+from kae_deviceplugin.dra.held_devices import DevicePluginHolds
 from kae_deviceplugin.dra.plugin import add_plugin_servicers
 from kae_deviceplugin.dra.prepare import ClaimPreparer
 from kae_deviceplugin.dra.publisher import SlicePublisher
@@ -56,13 +58,17 @@ log = logging.getLogger(__name__)
 STOP_GRACE = 0.5
 
 
-def device_options(settings: Settings) -> DeviceOptions:
+def device_options(
+    settings: Settings, held: Mapping[str, str] = MappingProxyType({})
+) -> DeviceOptions:
     """What the slices publish beyond the description: taints on unhealthy devices unless
-    ``omit``, and consumable queues for the shared engines."""
+    ``omit``, consumable queues for the shared engines, and the devices device-plugin pods
+    hold (``held``: tainted, or left out with ``omit``)."""
     effect = settings.unhealthy_taint_effect
     return DeviceOptions(
         taint_effect=None if effect == "omit" else effect,
         shared_engines=settings.shared_engines,
+        held=held,
     )
 
 
@@ -90,11 +96,17 @@ class DraFrontEnd:
         self.queue_totals: Mapping[str, int] = {}  # of the last slices built, by PCI address
         self.node_uid = ""
         self.publisher = SlicePublisher(api, DRIVER, node, self._slices)
+        # Devices device-plugin pods hold (a node that moved to DRA): a change republishes.
+        self.held = DevicePluginHolds(
+            settings.effective_pod_resources_socket,
+            node,
+            lambda: self.inventories.publish(self.inventory),
+        )
         self.preparer = ClaimPreparer(
             pool=node,
             inventory=lambda: self.inventory,
             policy=self.serving_policy,
-            get_claim=self._get_claim,
+            get_claim=self.held.guard(self._get_claim),
             checkpoint=CheckpointFile(self.plugin_dir),  # a damaged one refuses to start
             cdi_dir=settings.cdi_dir,
         )
@@ -113,7 +125,7 @@ class DraFrontEnd:
             NodeRef(self.node, self.node_uid),
             generation=generation,
             queues=self.queue_totals,
-            options=device_options(self.settings),
+            options=device_options(self.settings, self.held.held),
         )
         return list(plan.slices)
 
@@ -141,7 +153,7 @@ class DraFrontEnd:
         )
 
     def root_tasks(self) -> list[Coroutine[Any, Any, None]]:
-        return [self._serve(), self._publish()]
+        return [self._serve(), self._publish(), self.held.run()]
 
     def not_ready(self) -> list[str]:
         missing = []
@@ -161,6 +173,7 @@ class DraFrontEnd:
         self.inventories.publish(inventory)
 
     async def _publish(self) -> None:
+        await self.held.settled()  # no first slice offering a held device as free
         node = await self.api.get(NODES, self.node)  # the owner of our slices
         self.node_uid = str(node["metadata"]["uid"])
         await self.publisher.run(self.inventories)
