@@ -129,9 +129,10 @@ def test_token_is_mounted_in_dra_pods_only() -> None:
 
 
 def test_dra_pod_mounts_exactly_what_the_driver_uses() -> None:
-    """The driver's own plugins/ directory, plugins_registry, the CDI directory, /dev, state and
-    NFD; no device-plugins, no pod-resources."""
+    """The driver's own plugins/ directory, plugins_registry, the CDI directory, /dev, state,
+    NFD and pod-resources read-only (devices device-plugin pods hold); no device-plugins."""
     assert host_mounts(render(None, DRA)) == {
+        "/var/lib/kubelet/pod-resources": ("/var/lib/kubelet/pod-resources", True),
         "/var/lib/kubelet/plugins/kae.openfuyao.com": (
             "/var/lib/kubelet/plugins/kae.openfuyao.com",
             False,
@@ -162,6 +163,7 @@ def test_dra_mounts_follow_kubelet_root_and_cdi_dir_and_ignore_registration() ->
     assert set(host_mounts(objs)) == {
         f"{root}/plugins/kae.openfuyao.com",
         f"{root}/plugins_registry",
+        f"{root}/pod-resources",
         "/etc/cdi",
         "/dev",
         "/var/lib/kae-deviceplugin",
