@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 RESOURCE_PREFIX = "openfuyao.com/kae."
+# The DRA driver's name. Here, not in dra/, because the device plugin must also recognise the
+# devices DRA claims hold (the kubelet reports them by driver name); dra.api re-exports it.
+DRA_DRIVER = "kae.openfuyao.com"
+
+
+def dra_plugin_dir(kubelet_root: Path) -> Path:
+    """The DRA driver's own directory under the kubelet's (``<root-dir>/plugins/<driver>``):
+    its service socket and checkpoint; it outlives the driver, so it tells that DRA ran here."""
+    return kubelet_root / "plugins" / DRA_DRIVER
+
+
 HUAWEI_PCI_VENDOR = "0x19e5"
 
 

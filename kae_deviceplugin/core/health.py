@@ -50,6 +50,11 @@ REASON_FIXES: dict[str, str] = {
     "(a kernel or driver fault): reload the driver, and report it with the kernel version",
 }
 
+# Not a fault of the device, so not among ALL_REASONS (what sysfs can say): the device plugin
+# reports a device Unhealthy for this while a DRA claim of a running pod holds it, on a node that
+# moved back from DRA mode (issue 27), so the kubelet does not hand it out twice.
+HELD_BY_DRA_CLAIM = "held-by-dra-claim"
+
 _DEV_STATE_STOPPED = -1
 
 

@@ -13,9 +13,15 @@ The PCI address must match ``dddd:bb:ss.f`` (4 hex digits of domain, 2 of bus, 2
 function digit 0-7, hex digits lowercase). ``N`` is at most :data:`MAX_SHARES`, so an ID is at
 most 16 characters, well inside the kubelet's 63-character limit.
 
-IDs are never parsed back: Allocate looks each one up in the resource's current view, and an ID
-that is not there is refused as unknown. A bad address or share count raises
-:class:`DeviceIdError`, a :class:`ValueError`.
+Allocate never parses an ID back: it looks each one up in the resource's current view, and an ID
+that is not there is refused as unknown. Only :func:`pci_address_of` splits one, for IDs the
+kubelet reports as held by pods (pod-resources), where no view of ours may be running. A bad
+address or share count raises :class:`DeviceIdError`, a :class:`ValueError`.
+
+The same device in DRA mode is named in the driver's pool by :func:`pool_device_name`, a DNS
+label (``hisi_hpre-2`` is not one, and its number follows probe order). Both front ends need the
+rule: the DRA driver to publish and prepare, the device plugin to recognise the devices DRA
+claims hold on a node that moved back from DRA.
 """
 
 from __future__ import annotations
@@ -60,3 +66,14 @@ def device_ids(pci_address: str, shares: int) -> tuple[str, ...]:
     if check_shares(shares) == 1:
         return (pci_address,)
     return tuple(f"{pci_address}{SHARE_SEPARATOR}{k}" for k in range(shares))
+
+
+def pci_address_of(device_id: str) -> str:
+    """The PCI address inside a device ID of :func:`device_ids` (the part before ``::``)."""
+    return device_id.partition(SHARE_SEPARATOR)[0]
+
+
+def pool_device_name(engine: str, pci_address: str) -> str:
+    """The device's name in the DRA pool: ``<engine>-<PCI address>`` with ``:`` and ``.`` as
+    ``-``, e.g. ``hpre-0000-79-00-0``."""
+    return f"{engine}-{pci_address.replace(':', '-').replace('.', '-')}"

@@ -1,14 +1,23 @@
-"""What the kubelet sees per resource: devices filtered by the engine settings, shares expanded."""
+"""What the kubelet sees per resource: devices filtered by the engine settings, shares expanded.
+
+A device a DRA claim holds (``held``, by its pool device name) is advertised Unhealthy: the
+kubelet then keeps it out of allocatable until the claim's pod ends, the one way the device
+plugin API has to say "not free" (issue 27: a node moving back from DRA with pods running).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal, get_args
 
 from kae_deviceplugin.core.engines import ENGINES
-from kae_deviceplugin.core.ids import device_ids
+from kae_deviceplugin.core.health import HELD_BY_DRA_CLAIM
+from kae_deviceplugin.core.ids import device_ids, pool_device_name
 from kae_deviceplugin.core.model import Function, Health, Inventory, UacceDevice
+
+NOTHING_HELD: Mapping[str, str] = MappingProxyType({})
 
 Functions = Literal["all", "pf", "vf", "prefer-vf"]
 FUNCTIONS: tuple[Functions, ...] = get_args(Functions)
@@ -30,10 +39,17 @@ class AdvertisedDevice:
     id: str
     device: UacceDevice
     share: int | None
+    held_by: str | None = None  # the DRA claim holding the device, if one does
 
     @property
     def health(self) -> Health:
-        return self.device.health
+        return Health.UNHEALTHY if self.held_by is not None else self.device.health
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Why the kubelet is told Unhealthy: the device's faults, and a DRA claim holding it."""
+        held = (HELD_BY_DRA_CLAIM,) if self.held_by is not None else ()
+        return self.device.reasons + held
 
     @property
     def numa_node(self) -> int | None:
@@ -72,10 +88,19 @@ def select_functions(
 
 
 def build_view(
-    resource: str, devices: tuple[UacceDevice, ...], choice: EngineSettings
+    resource: str,
+    devices: tuple[UacceDevice, ...],
+    choice: EngineSettings,
+    held: Mapping[str, str] = NOTHING_HELD,
 ) -> ResourceView:
+    """``held`` maps pool device names to the DRA claims that hold them."""
     advertised = tuple(
-        AdvertisedDevice(device_id, device, None if choice.shares == 1 else share)
+        AdvertisedDevice(
+            device_id,
+            device,
+            None if choice.shares == 1 else share,
+            held.get(pool_device_name(device.engine, device.pci_address)),
+        )
         for device in select_functions(devices, choice.functions)
         for share, device_id in enumerate(device_ids(device.pci_address, choice.shares))
     )
@@ -83,7 +108,9 @@ def build_view(
 
 
 def build_views(
-    inventory: Inventory, choices: Mapping[str, EngineSettings]
+    inventory: Inventory,
+    choices: Mapping[str, EngineSettings],
+    held: Mapping[str, str] = NOTHING_HELD,
 ) -> dict[str, ResourceView]:
     """Views for every enabled engine, including those with no devices right now."""
     views: dict[str, ResourceView] = {}
@@ -91,6 +118,6 @@ def build_views(
         choice = choices.get(engine.name, EngineSettings())
         if choice.enabled:
             views[engine.resource] = build_view(
-                engine.resource, inventory.for_resource(engine.resource), choice
+                engine.resource, inventory.for_resource(engine.resource), choice, held
             )
     return views

@@ -2,7 +2,9 @@
 
 The daemon hands it every changed inventory (``reconcile``); it publishes one view per resource,
 starts a server for each resource with devices and stops the others, and through its kubelet
-watch re-registers after a kubelet restart. Readiness is what it says is missing.
+watch re-registers after a kubelet restart. Readiness is what it says is missing. Devices that
+DRA claims of running pods hold (a node back from DRA mode) are advertised Unhealthy until those
+pods end (``dra_holds``).
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import ResourceView, build_views
 from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.deviceplugin.dra_holds import DraClaimHolds
 from kae_deviceplugin.deviceplugin.kubelet_watch import KubeletWatch
 from kae_deviceplugin.deviceplugin.registrars import Registrar
 from kae_deviceplugin.deviceplugin.server_set import ServerSet
+from kae_deviceplugin.kubelet.podresources_poll import Holders
 from kae_deviceplugin.kubelet.sockets import prepare_socket_dir
 
 
@@ -56,6 +60,10 @@ class DevicePluginFrontEnd:
         self.kubelet_watch = KubeletWatch(
             settings.effective_device_plugin_dir, self.server_set, tick
         )
+        self.dra_holds = DraClaimHolds(
+            settings.effective_pod_resources_socket, settings.kubelet_root, self.withhold
+        )
+        self._reconciled = False
 
     @property
     def registrar(self) -> Registrar:
@@ -79,7 +87,7 @@ class DevicePluginFrontEnd:
         return f"plugin sockets in {self.registrar.socket_dir} (registration: {how})"
 
     def root_tasks(self) -> list[Coroutine[Any, Any, None]]:
-        return [self.kubelet_watch.run()]
+        return [self.kubelet_watch.run(), self.dra_holds.run()]
 
     def not_ready(self) -> list[str]:
         """What keeps the node from serving pods, one phrase each; empty when ready."""
@@ -104,7 +112,7 @@ class DevicePluginFrontEnd:
             self.inventory, self.settings = inventory, settings
             # Written before the kubelet hears of a change: an answer never names a missing file.
             self.container_files.sync(settings, inventory, self.serving_policy().container)
-            views = build_views(inventory, settings.engines)
+            views = build_views(inventory, settings.engines, self.dra_holds.held)
             for resource in list(self.server_set.servers):
                 if resource not in views:  # disabled: tell the kubelet "no devices", then go
                     self.publish(ResourceView(resource))
@@ -114,6 +122,17 @@ class DevicePluginFrontEnd:
                 if resource not in self.server_set.servers and view.devices:
                     await self.server_set.start(resource)
             self.views = views
+            self._reconciled = True
+
+    async def withhold(self, held: Holders) -> None:
+        """DRA claims hold other devices now: tell the kubelet. The devices stay the same, so
+        only the views change; before the first reconcile there is nothing to tell yet."""
+        async with self.server_set.lock:
+            if not self._reconciled:
+                return
+            self.views = build_views(self.inventory, self.settings.engines, held)
+            for view in self.views.values():
+                self.publish(view)
 
     def publish(self, view: ResourceView) -> None:
         latest = self.latest.get(view.resource)

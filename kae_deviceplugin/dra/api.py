@@ -19,6 +19,7 @@ from kae_deviceplugin._generated.drahealth.v1 import api_pb2 as health_v1
 from kae_deviceplugin._generated.drahealth.v1 import api_pb2_grpc as health_v1_grpc
 from kae_deviceplugin._generated.drahealth.v1alpha1 import api_pb2 as health_v1alpha1
 from kae_deviceplugin._generated.drahealth.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
+from kae_deviceplugin.core.engines import DRA_DRIVER, dra_plugin_dir
 
 __all__ = [
     "DRIVER",
@@ -42,7 +43,7 @@ __all__ = [
 
 # The driver name: spec.driver of our ResourceSlices, results[].driver of the claims we prepare,
 # PluginInfo.name at registration, and the directory of the service socket.
-DRIVER = "kae.openfuyao.com"
+DRIVER = DRA_DRIVER
 # PluginInfo.type of a DRA driver in the plugin-watcher registration.
 PLUGIN_TYPE = "DRAPlugin"
 
@@ -50,7 +51,7 @@ PLUGIN_TYPE = "DRAPlugin"
 def plugin_dir(kubelet_root: Path) -> Path:
     """The driver's own directory under the kubelet's: the service socket and the checkpoint
     (the kubelet's convention, ``<root-dir>/plugins/<driver>``; it outlives our pod)."""
-    return kubelet_root / "plugins" / DRIVER
+    return dra_plugin_dir(kubelet_root)
 
 
 REGISTRATION_SUFFIX = "-reg.sock"

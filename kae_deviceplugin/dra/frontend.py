@@ -22,6 +22,7 @@ import logging
 import os
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import grpc
@@ -52,6 +53,7 @@ from kae_deviceplugin.dra.cdi_runtime import (
 )
 from kae_deviceplugin.dra.checkpoint import CheckpointFile, claimed_queues
 from kae_deviceplugin.dra.health import add_health_servicers
+from kae_deviceplugin.dra.held_devices import DevicePluginHolds
 from kae_deviceplugin.dra.plugin import add_plugin_servicers
 from kae_deviceplugin.dra.pool_publishing import PoolPublishing
 from kae_deviceplugin.dra.prepare import ClaimPreparer
@@ -72,14 +74,20 @@ log = logging.getLogger(__name__)
 STOP_GRACE = 0.5
 
 
-def device_options(settings: Settings, dropped: frozenset[str] = frozenset()) -> DeviceOptions:
+def device_options(
+    settings: Settings,
+    dropped: frozenset[str] = frozenset(),
+    held: Mapping[str, str] = MappingProxyType({}),
+) -> DeviceOptions:
     """What the slices publish beyond the description: taints on unhealthy devices unless
-    ``omit`` or the API server drops taints (then unhealthy devices are left out), and
-    consumable queues for the shared engines."""
+    ``omit`` or the API server drops taints (then unhealthy devices are left out), consumable
+    queues for the shared engines, and the devices device-plugin pods hold (``held``: tainted,
+    or left out where unhealthy devices are)."""
     effect = settings.unhealthy_taint_effect
     return DeviceOptions(
         taint_effect=None if effect == "omit" or TAINTS in dropped else effect,
         shared_engines=settings.shared_engines,
+        held=held,
     )
 
 
@@ -115,11 +123,17 @@ class DraFrontEnd:
             lambda job: SlicePublisher(api, DRIVER, node, self._slices),
             on_node=self._runtime_from,
         )
+        # Devices device-plugin pods hold (a node that moved to DRA): a change republishes.
+        self.held = DevicePluginHolds(
+            settings.effective_pod_resources_socket,
+            node,
+            lambda: self.inventories.publish(self.inventory),
+        )
         self.preparer = ClaimPreparer(
             pool=node,
             inventory=lambda: self.inventory,
             policy=self.serving_policy,
-            get_claim=self._get_claim,
+            get_claim=self.held.guard(self._get_claim),
             checkpoint=CheckpointFile(self.plugin_dir),  # a damaged one refuses to start
             cdi_dir=settings.cdi_dir,
             refusal=lambda: self.cdi.reason if self.cdi.refused else None,
@@ -166,7 +180,7 @@ class DraFrontEnd:
             NodeRef(self.node, self.publishing.node_uid),
             generation=generation,
             queues=self.queue_totals,
-            options=device_options(self.settings, dropped),
+            options=device_options(self.settings, dropped, self.held.held),
         )
         return list(plan.slices)
 
@@ -206,7 +220,7 @@ class DraFrontEnd:
         )
 
     def root_tasks(self) -> list[Coroutine[Any, Any, None]]:
-        return [self._serve(), self.publishing.run(self.inventories), self.sweeper.run()]
+        return [self._serve(), self._publish(), self.sweeper.run(), self.held.run()]
 
     def not_ready(self) -> list[str]:
         missing = []
@@ -224,6 +238,10 @@ class DraFrontEnd:
         self.container_files.sync(settings, inventory, self.serving_policy().container)
         self.views = build_views(inventory, settings.engines)
         self.inventories.publish(inventory)
+
+    async def _publish(self) -> None:
+        await self.held.settled()  # no first slice offering a held device as free
+        await self.publishing.run(self.inventories)
 
     async def _serve(self) -> None:
         reconciled = await self.preparer.reconcile()

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kae_deviceplugin.core.engines import ENGINES
+from kae_deviceplugin.core.ids import pool_device_name
 from kae_deviceplugin.core.model import Function, UacceDevice
 from kae_deviceplugin.dra.api import DRIVER
 from kae_deviceplugin.dra.quantity import format_quantity
@@ -44,6 +45,7 @@ PCIE_ROOT = STANDARD_PREFIX + "pcieRoot"
 NUMA_NODE = STANDARD_PREFIX + "numaNode"
 QUEUES = "queues"
 UNHEALTHY_TAINT_KEY = f"{DRIVER}/unhealthy"
+HELD_TAINT_KEY = f"{DRIVER}/held-by-device-plugin"
 MIN_SHARED_QUEUES = 2
 
 TaintEffect = Literal["NoSchedule", "NoExecute", "None"]
@@ -80,6 +82,10 @@ class DeviceOptions:
 
     taint_effect: TaintEffect | None = None  # None: an unhealthy device is not published
     shared_engines: frozenset[str] = frozenset()  # engines whose queues are consumable capacity
+    # Device name -> the device-plugin pod (``<namespace>/<pod>``) that holds the device (issue
+    # 27: a node that moved from the device plugin with pods running). Published with the held
+    # taint, or left out where the slices carry no taints (taint_effect None): never as free.
+    held: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +97,9 @@ class RenderedDevice:
 
 
 def device_name(device: UacceDevice) -> str:
-    """The device's name in the pool: a DNS label from the PCI address, never the uacce index."""
-    return f"{device.engine}-{device.pci_address.replace(':', '-').replace('.', '-')}"
+    """The device's name in the pool: a DNS label from the PCI address, never the uacce index
+    (the rule is core.ids.pool_device_name, which the device plugin reads too)."""
+    return pool_device_name(device.engine, device.pci_address)
 
 
 def algorithm_attribute(algorithm: str) -> str:
@@ -116,11 +123,25 @@ def queues_policy(total: int) -> dict[str, Any]:
     return {"default": "1", "validRange": {"min": "1", "max": format_quantity(total), "step": "1"}}
 
 
+def label_value(text: str, fallback: str) -> str:
+    """``text`` cut to a valid label value (63 characters, ending in a letter or digit)."""
+    return _LABEL_END.sub("", text[:MAX_LABEL_VALUE_LENGTH]) or fallback
+
+
 def unhealthy_taint(device: UacceDevice, effect: TaintEffect) -> dict[str, str]:
     """The taint of an unhealthy device; the value (a label value) names its reasons."""
-    value = ".".join(device.reasons) or "unhealthy"
-    value = _LABEL_END.sub("", value[:MAX_LABEL_VALUE_LENGTH])
+    value = label_value(".".join(device.reasons), "unhealthy")
     return {"key": UNHEALTHY_TAINT_KEY, "value": value, "effect": effect}
+
+
+def held_taint(holder: str) -> dict[str, str]:
+    """The taint of a device a device-plugin pod holds; the value names the holder.
+
+    Always NoSchedule, whatever the unhealthy taint's effect: it keeps new claims off the
+    device, and no claim can rightly hold it already, so there is nothing to evict.
+    """
+    value = label_value(holder.replace("/", "."), "held")  # a namespace holds no "."
+    return {"key": HELD_TAINT_KEY, "value": value, "effect": "NoSchedule"}
 
 
 def _string(value: str, key: str, notes: list[str]) -> dict[str, Any]:
@@ -196,17 +217,23 @@ def render_device(
         entry["capacity"] = capacity
     if shared:
         entry["allowMultipleAllocations"] = True
-    if options.taint_effect is not None and not device.healthy:
-        entry["taints"] = [unhealthy_taint(device, options.taint_effect)]
+    if options.taint_effect is not None:
+        taints = [unhealthy_taint(device, options.taint_effect)] if not device.healthy else []
+        if (holder := options.held.get(entry["name"])) is not None:
+            taints.append(held_taint(holder))
+        if taints:
+            entry["taints"] = taints
     return RenderedDevice(entry, tuple(f"{entry['name']}: {n}" for n in notes))
 
 
 def render_devices(
     devices: Iterable[UacceDevice], queues: Mapping[str, int], options: DeviceOptions
 ) -> list[RenderedDevice]:
-    """The published devices in order; unhealthy ones are left out unless they get a taint."""
+    """The published devices in order; unhealthy and held ones are left out unless they get a
+    taint."""
+    tainting = options.taint_effect is not None
     return [
         render_device(d, queues.get(d.pci_address), options)
         for d in devices
-        if d.healthy or options.taint_effect is not None
+        if tainting or (d.healthy and device_name(d) not in options.held)
     ]

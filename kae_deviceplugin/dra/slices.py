@@ -1,9 +1,11 @@
 """Inventory -> the node's ResourceSlice objects, as plain JSON-able dicts (pure, no I/O).
 
 One pool per node, named after the node (pool names must be unique per node, and the node name
-is). The pool is cut into slices of at most 128 devices, or 64 whenever unhealthy devices are
-tainted: the API lowers the limit for a slice with any taint, and deciding it from the options
-rather than from today's health keeps the slice boundaries still when a device flips. An empty
+is). The pool is cut into slices of at most 128 devices, or 64 whenever devices may be tainted
+(unhealthy, or held by a device-plugin pod: both taints appear only with a taint effect set;
+without one such devices are left out): the API lowers the limit for a slice with any taint,
+and deciding it from the options rather than from today's health and holders keeps the slice
+boundaries still when a device flips. An empty
 inventory still gets one empty slice: "an empty pool" tells the scheduler the driver runs and
 has nothing, which "no pool" does not. Each slice is owned by the Node, so deleting the node
 collects its slices. Names are ``<node>-kae.openfuyao.com-<i>``; a node name too long for that
@@ -63,6 +65,7 @@ def slice_name(node: str, index: int) -> str:
 
 
 def devices_per_slice(options: DeviceOptions) -> int:
+    # Every taint (unhealthy or held) needs a taint effect; without one none can appear.
     return MAX_DEVICES if options.taint_effect is None else MAX_DEVICES_WITH_TAINTS
 
 

@@ -36,6 +36,9 @@ OUR_RESOURCES: frozenset[str] = frozenset(ENGINES_BY_RESOURCE)
 _MAX_MESSAGE = 32 * 1024 * 1024
 
 
+# The List answer, for modules that may not import generated code themselves.
+ListResponse = api_pb2.ListPodResourcesResponse
+
 # The JSON keys are a stable interface: add keys, never rename or remove them.
 RECORD_KEYS = ("resource", "device_id", "namespace", "pod", "container")
 
@@ -108,6 +111,42 @@ def allocations_from(
     return Allocations(tuple(rows))
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class ClaimDevice:
+    """One device of a DRA claim that a running container uses, as the kubelet reports it."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim_namespace: str
+    claim_name: str
+    pool: str
+    device: str
+
+
+def claim_devices_from(
+    response: api_pb2.ListPodResourcesResponse, driver: str
+) -> tuple[ClaimDevice, ...]:
+    """The devices of ``driver`` that DRA claims give the listed containers, sorted."""
+    rows = {
+        ClaimDevice(
+            pod.namespace,
+            pod.name,
+            container.name,
+            claim.claim_namespace,
+            claim.claim_name,
+            resource.pool_name,
+            resource.device_name,
+        )
+        for pod in response.pod_resources
+        for container in pod.containers
+        for claim in container.dynamic_resources
+        for resource in claim.claim_resources
+        if resource.driver_name == driver
+    }
+    return tuple(sorted(rows))
+
+
 class PodResourcesUnavailable(Exception):
     """The pod-resources API could not be asked; ``kind`` is stable, the message is for people."""
 
@@ -116,22 +155,45 @@ class PodResourcesUnavailable(Exception):
         self.kind = kind
 
 
+def open_channel(socket: Path) -> grpc.aio.Channel:
+    """A channel to the pod-resources socket, for one List or for a poller to keep."""
+    options = [("grpc.max_receive_message_length", _MAX_MESSAGE)]
+    return grpc.aio.insecure_channel(f"unix://{socket}", options=options)
+
+
+async def list_on(
+    channel: grpc.aio.Channel, socket: Path, timeout: float = LIST_TIMEOUT
+) -> api_pb2.ListPodResourcesResponse:
+    """One List on ``channel``; PodResourcesUnavailable on any failure."""
+    if not socket.exists():
+        # Dialling a missing socket would only say "UNAVAILABLE"; this says why.
+        raise PodResourcesUnavailable("absent", f"{socket} does not exist")
+    stub = api_pb2_grpc.PodResourcesListerStub(channel)
+    try:
+        response: api_pb2.ListPodResourcesResponse = await stub.List(
+            api_pb2.ListPodResourcesRequest(), timeout=timeout
+        )
+    except grpc.aio.AioRpcError as err:
+        code = err.code()
+        raise PodResourcesUnavailable(code.name, f"{socket}: {code.name}: {err.details()}") from err
+    return response
+
+
+async def list_pod_resources(
+    socket: Path, timeout: float = LIST_TIMEOUT
+) -> api_pb2.ListPodResourcesResponse:
+    """The kubelet's List answer, asked once on a channel of its own."""
+    if not socket.exists():  # before dialling: no channel for a socket that is not there
+        raise PodResourcesUnavailable("absent", f"{socket} does not exist")
+    async with open_channel(socket) as channel:
+        return await list_on(channel, socket, timeout)
+
+
 async def list_allocations(
     socket: Path, resources: Collection[str] = OUR_RESOURCES, timeout: float = LIST_TIMEOUT
 ) -> Allocations:
     """Ask the kubelet once; raise PodResourcesUnavailable on any failure."""
-    if not socket.exists():
-        # Dialling a missing socket would only say "UNAVAILABLE"; this says why.
-        raise PodResourcesUnavailable("absent", f"{socket} does not exist")
-    options = [("grpc.max_receive_message_length", _MAX_MESSAGE)]
-    try:
-        async with grpc.aio.insecure_channel(f"unix://{socket}", options=options) as channel:
-            stub = api_pb2_grpc.PodResourcesListerStub(channel)
-            response = await stub.List(api_pb2.ListPodResourcesRequest(), timeout=timeout)
-    except grpc.aio.AioRpcError as err:
-        code = err.code()
-        raise PodResourcesUnavailable(code.name, f"{socket}: {code.name}: {err.details()}") from err
-    return allocations_from(response, resources)
+    return allocations_from(await list_pod_resources(socket, timeout), resources)
 
 
 class AllocationsHolder:

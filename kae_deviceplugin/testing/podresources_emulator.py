@@ -1,7 +1,8 @@
 """An emulation of the kubelet's pod-resources endpoint (v1.PodResourcesLister) for tests.
 
-It answers from a list of device assignments that a test sets, and can be told to fail the way a
-kubelet that is restarting or has the endpoint disabled would (UNAVAILABLE).
+It answers from a list of device assignments that a test sets (device-plugin devices, and the
+devices of DRA claims as ``dynamic_resources``), and can be told to fail the way a kubelet that
+is restarting or has the endpoint disabled would (UNAVAILABLE).
 """
 
 from __future__ import annotations
@@ -31,12 +32,56 @@ class PodDevices(NamedTuple):
 Assignment = tuple[str, str, str, str, Sequence[str]]  # the fields of PodDevices, in order
 
 
-def pod_resources(assignments: Iterable[Assignment]) -> list[api_pb2.PodResources]:
-    """Group flat assignments into the nested messages List returns, keeping first-seen order."""
-    pods: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
+class ClaimDevices(NamedTuple):
+    """Devices of one DRA claim (one driver and pool) that one container uses."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim_namespace: str
+    claim_name: str
+    driver: str
+    pool: str
+    devices: Sequence[str]
+
+
+_Container = tuple[dict[str, list[str]], list[api_pb2.DynamicResource]]
+
+
+def _containers(
+    assignments: Iterable[Assignment], claims: Iterable[ClaimDevices]
+) -> dict[tuple[str, str], dict[str, _Container]]:
+    pods: dict[tuple[str, str], dict[str, _Container]] = {}
     for namespace, pod, container, resource, ids in assignments:
-        devices = pods.setdefault((namespace, pod), {}).setdefault(container, {})
+        devices, _ = pods.setdefault((namespace, pod), {}).setdefault(container, ({}, []))
         devices.setdefault(resource, []).extend(ids)
+    for claim in claims:
+        entry = pods.setdefault((claim.namespace, claim.pod), {})
+        _, dynamic = entry.setdefault(claim.container, ({}, []))
+        resources = [
+            api_pb2.ClaimResource(
+                driver_name=claim.driver,
+                pool_name=claim.pool,
+                device_name=device,
+                cdi_devices=[api_pb2.CDIDevice(name=f"{claim.driver}/claim={device}")],
+            )
+            for device in claim.devices
+        ]
+        dynamic.append(
+            api_pb2.DynamicResource(
+                claim_name=claim.claim_name,
+                claim_namespace=claim.claim_namespace,
+                claim_resources=resources,
+            )
+        )
+    return pods
+
+
+def pod_resources(
+    assignments: Iterable[Assignment], claims: Iterable[ClaimDevices] = ()
+) -> list[api_pb2.PodResources]:
+    """Group flat assignments and claim devices into the nested messages List returns,
+    keeping first-seen order."""
     return [
         api_pb2.PodResources(
             name=pod,
@@ -48,11 +93,12 @@ def pod_resources(assignments: Iterable[Assignment]) -> list[api_pb2.PodResource
                         api_pb2.ContainerDevices(resource_name=resource, device_ids=ids)
                         for resource, ids in devices.items()
                     ],
+                    dynamic_resources=dynamic,
                 )
-                for container, devices in containers.items()
+                for container, (devices, dynamic) in containers.items()
             ],
         )
-        for (namespace, pod), containers in pods.items()
+        for (namespace, pod), containers in _containers(assignments, claims).items()
     ]
 
 
@@ -68,9 +114,11 @@ class PodResourcesEmulator:
         self._calls = 0
         self._server: grpc.Server | None = None
 
-    def set_pods(self, assignments: Iterable[Assignment]) -> None:
-        """Replace the assignments List and Get report."""
-        pods = pod_resources(assignments)
+    def set_pods(
+        self, assignments: Iterable[Assignment], claims: Iterable[ClaimDevices] = ()
+    ) -> None:
+        """Replace the assignments (and DRA claims' devices) List and Get report."""
+        pods = pod_resources(assignments, claims)
         with self._lock:
             self._pods = pods
 

@@ -12,7 +12,10 @@ from kae_deviceplugin.core.ids import (
     DeviceIdError,
     check_shares,
     device_ids,
+    pci_address_of,
+    pool_device_name,
 )
+from tests.dra.inventories import DNS_LABEL
 
 HEX = "0123456789abcdef"
 pci_addresses = st.builds(
@@ -75,3 +78,18 @@ def test_every_generated_id_is_distinct_and_within_the_kubelet_limit(
     ids = device_ids(pci_address, shares)
     assert len(set(ids)) == shares
     assert all(len(i) <= MAX_ID_LENGTH and i.startswith(pci_address) for i in ids)
+
+
+@given(pci_addresses, share_counts)
+def test_every_id_leads_back_to_its_pci_address(pci: str, shares: int) -> None:
+    """What pod-resources reports held (an ID, maybe a share) names the device's address."""
+    assert {pci_address_of(device_id) for device_id in device_ids(pci, shares)} == {pci}
+
+
+@given(st.sampled_from(["hpre", "sec", "zip"]), pci_addresses)
+def test_pool_device_names_are_dns_labels_unique_per_address(engine: str, pci: str) -> None:
+    """The DRA pool's name of a device is a DNS label that keeps every hex digit of the address
+    in order, so two addresses never share a name."""
+    name = pool_device_name(engine, pci)
+    assert DNS_LABEL.fullmatch(name) and len(name) <= 63
+    assert name.removeprefix(f"{engine}-").split("-") == pci.replace(".", ":").split(":")

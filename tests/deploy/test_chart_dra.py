@@ -130,8 +130,10 @@ def test_token_is_mounted_in_dra_pods_only() -> None:
 
 def test_dra_pod_mounts_exactly_what_the_driver_uses() -> None:
     """The driver's own plugins/ directory, plugins_registry, the CDI directory, /dev, state,
-    NFD and, read-only, the runtimes' config directories; no device-plugins, no pod-resources."""
+    NFD, and read-only pod-resources (devices device-plugin pods hold) and the runtimes' config
+    directories; no device-plugins."""
     assert host_mounts(render(None, DRA)) == {
+        "/var/lib/kubelet/pod-resources": ("/var/lib/kubelet/pod-resources", True),
         "/etc/containerd": ("/etc/containerd", True),
         "/etc/isulad": ("/etc/isulad", True),
         "/var/lib/kubelet/plugins/kae.openfuyao.com": (
@@ -164,6 +166,7 @@ def test_dra_mounts_follow_kubelet_root_and_cdi_dir_and_ignore_registration() ->
     assert set(host_mounts(objs)) == {
         f"{root}/plugins/kae.openfuyao.com",
         f"{root}/plugins_registry",
+        f"{root}/pod-resources",
         "/etc/cdi",
         "/dev",
         "/var/lib/kae-deviceplugin",
