@@ -11,6 +11,7 @@ from typing import Any
 from kae_deviceplugin.apiserver.lightkube_api import connect
 from kae_deviceplugin.apiserver.paced import PacedApi
 from kae_deviceplugin.config.reload import ConfigSource
+from kae_deviceplugin.config.resolve import check_node_name_variable
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.counters import Counters
@@ -18,11 +19,21 @@ from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats
 from kae_deviceplugin.dra.api import plugin_dir
 from kae_deviceplugin.dra.frontend import DraFrontEnd
-from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, ApiError, StartupError
+from kae_deviceplugin.errors import (
+    EXIT_ENVIRONMENT,
+    EXIT_USAGE,
+    ApiError,
+    InvalidConfig,
+    StartupError,
+)
 
 
 def node_name(settings: Settings) -> str:
     """``--node-name``, else $NODE_NAME; a refusal naming both when neither is set."""
+    try:
+        check_node_name_variable(settings, os.environ)  # as --node-name's own rule judges it
+    except InvalidConfig as err:
+        raise StartupError(str(err), code=EXIT_USAGE) from None
     name = settings.node_name or os.environ.get("NODE_NAME", "")
     if not name:
         raise StartupError(

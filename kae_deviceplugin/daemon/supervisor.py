@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine, Mapping, Set
 from typing import Any, Generic, Protocol, TypeVar
 
 from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.core.engines import DRA_DRIVER
 from kae_deviceplugin.core.model import Inventory, QueueShare
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
@@ -115,11 +116,7 @@ class Daemon(Generic[F]):
         device plugin serves, or, in DRA mode, the driver alone (one registration serves every
         engine, and its views' resource names are never registered)."""
         if self.front.name == "dra":
-            # Imported only here: a DRA daemon has loaded the module already, a device-plugin
-            # daemon never takes this branch (it must load none of DRA's modules).
-            from kae_deviceplugin.dra.api import DRIVER  # noqa: PLC0415
-
-            return frozenset({DRIVER})
+            return frozenset({DRA_DRIVER})
         return frozenset(self.front.views)
 
     def not_ready(self) -> list[str]:

@@ -99,3 +99,15 @@ def test_a_file_as_the_cdi_directory_is_refused_before_any_socket(tmp_path: Path
         front.prepare()
     assert caught.value.exit_code == 3
     assert not list((settings.kubelet_root / "plugins_registry").glob("*.sock"))
+
+
+def test_a_bad_node_name_variable_is_refused_like_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NODE_NAME that is no node name, with no --node-name: exit 2 naming the variable, as the
+    flag's own rule would refuse it."""
+    monkeypatch.setenv("NODE_NAME", "Not_A_Node!")
+    settings = dataclasses.replace(_dra_settings(tmp_path), node_name=None)
+    with pytest.raises(StartupError, match="NODE_NAME") as caught:
+        build_for_mode(settings)
+    assert caught.value.exit_code == 2
