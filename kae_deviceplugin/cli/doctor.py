@@ -54,6 +54,7 @@ class Targets:
     node_name: str | None = None  # DRA: whose ResourceSlices to read
     kubeconfig: Path | None = None  # DRA: None is the pod's service account
     cdi_dir: Path = Path("/var/run/cdi")
+    runtime_config: Path | None = None  # DRA: the runtime's config file; None: its own path
 
 
 def check_uacce_class(sysfs_root: Path, inventory: Inventory, hardware: bool) -> list[Row]:
@@ -232,6 +233,7 @@ def check_dra(
         targets.cdi_dir,
         targets.node_name,
         targets.kubeconfig,
+        targets.runtime_config,
     )
     return doctor_dra.check_dra(where, inventory, connect)
 

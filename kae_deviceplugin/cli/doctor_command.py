@@ -90,6 +90,7 @@ def doctor_command(
         node_name=settings.node_name or os.environ.get("NODE_NAME") or None,
         kubeconfig=settings.kubeconfig,
         cdi_dir=settings.cdi_dir,
+        runtime_config=settings.runtime_config,
     )
     rows = doctor.run_checks(targets)
     click.echo(doctor.render_json(rows) if output == "json" else doctor.render_table(rows))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kae_deviceplugin.cli.checks import Row, Status
+from kae_deviceplugin.cli.doctor_cdi import check_runtime_cdi
 from kae_deviceplugin.cli.doctor_slices import Connect, check_slices
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.dra.api import (
@@ -43,6 +44,7 @@ class DraTargets:
     cdi_dir: Path
     node_name: str | None
     kubeconfig: Path | None
+    runtime_config: Path | None = None  # the runtime's config file; None: its own path
 
 
 def _is_socket(path: Path) -> bool:
@@ -203,6 +205,9 @@ def check_dra(targets: DraTargets, inventory: Inventory, connect: Connect | None
     rows += check_registration(targets.kubelet_root)
     rows += check_slices(
         inventory, targets.sysfs_root, targets.node_name, targets.kubeconfig, connect
+    )
+    rows += check_runtime_cdi(
+        targets.node_name, targets.kubeconfig, targets.runtime_config, connect
     )
     row, checkpoint = load_checkpoint(targets.kubelet_root)
     rows.append(row)

@@ -54,7 +54,7 @@ RBAC_FIX = (
 NODE_FIX = "--node-name (KAE_DP_NODE_NAME) or NODE_NAME must be the node's name in the API"
 
 
-def _real_connect(kubeconfig: Path | None) -> ApiServer:
+def real_connect(kubeconfig: Path | None) -> ApiServer:
     from kae_deviceplugin.apiserver.lightkube_api import connect  # noqa: PLC0415 -- DRA only
 
     return connect(kubeconfig)
@@ -145,7 +145,7 @@ def check_slices(
         fix = "pass --node-name (KAE_DP_NODE_NAME) or set NODE_NAME, as for serve --mode dra"
         return [Row(CHECK, Status.FAIL, "no node name: cannot look for its slices", (fix,))]
     try:
-        api = (connect or _real_connect)(kubeconfig)
+        api = (connect or real_connect)(kubeconfig)
         slices, node_known = asyncio.run(_read(api, node))
     except ApiError as err:
         return [_api_error(err)]

@@ -90,7 +90,8 @@ class DraNode:
         asyncio.run(self._publish(self.slices() if slices is None else slices))
 
     async def _publish(self, slices: Sequence[JsonObject]) -> None:
-        await self.api.create(NODES, {"metadata": {"name": NODE}})
+        runtime = {"nodeInfo": {"containerRuntimeVersion": "containerd://2.4.2"}}
+        await self.api.create(NODES, {"metadata": {"name": NODE}, "status": runtime})
         for body in slices:
             await self.api.create(RESOURCE_SLICES, body)
 
