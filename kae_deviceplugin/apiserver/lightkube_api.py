@@ -21,6 +21,7 @@ import httpx2
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError as LightkubeApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.types import PatchType
 
 from kae_deviceplugin.apiserver.seam import JsonObject, Kind, WatchStart
 from kae_deviceplugin.errors import ApiError
@@ -73,6 +74,21 @@ class LightkubeApi:
     async def replace(self, kind: Kind, body: JsonObject) -> JsonObject:
         async with _translated(f"replace {kind.plural}/{body['metadata'].get('name')}"):
             return _plain(await self.client.replace(_resource(kind)(body)))
+
+    async def apply_status(self, kind: Kind, body: JsonObject) -> JsonObject:
+        metadata = body["metadata"]
+        async with _translated(f"apply {kind.plural}/{metadata.get('name')}/status"):
+            return _plain(
+                await self.client.patch(
+                    _resource(kind).Status,
+                    metadata["name"],
+                    body,
+                    namespace=metadata.get("namespace"),
+                    patch_type=PatchType.APPLY,
+                    field_manager=FIELD_MANAGER,
+                    force=True,
+                )
+            )
 
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
         async with _translated(f"delete {kind.plural}/{name}"):

@@ -57,6 +57,10 @@ class PacedApi:
         await self._token("update")
         return await self.api.replace(kind, body)
 
+    async def apply_status(self, kind: Kind, body: JsonObject) -> JsonObject:
+        await self._token("patch")
+        return await self.api.apply_status(kind, body)
+
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
         await self._token("delete")
         await self.api.delete(kind, name, namespace)

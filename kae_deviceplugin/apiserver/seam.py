@@ -56,6 +56,11 @@ class ApiServer(Protocol):
 
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None: ...
 
+    async def apply_status(self, kind: Kind, body: JsonObject) -> JsonObject:
+        """Server-side apply of ``body``'s ``status`` to the object's status subresource, as
+        this client's field manager (forced): fields other managers own are left alone."""
+        ...
+
     def watch(
         self, kind: Kind, field_selector: Mapping[str, str], start: WatchStart | None = None
     ) -> AsyncIterator[tuple[str, JsonObject]]:

@@ -34,6 +34,7 @@ DRIVER_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("get", "list", "watch", "create", "update", "patch", "delete"),
     ),
     ("resource.k8s.io", "resourceclaims", ("get",)),
+    ("resource.k8s.io", "resourceclaims/status", ("patch",)),
     ("", "nodes", ("get",)),
 )
 

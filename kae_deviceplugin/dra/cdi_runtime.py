@@ -15,10 +15,15 @@ apply CDI gets no claim (see the front end), and the reason names the setting to
 from __future__ import annotations
 
 import json
+import logging
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 CONTAINERD_CONFIG = Path("/etc/containerd/config.toml")
 ISULAD_CONFIG = Path("/etc/isulad/daemon.json")
@@ -126,3 +131,20 @@ def read_config(path: Path) -> bytes | None:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+
+
+def runtime_of(node: Mapping[str, Any], containerd: Path, isulad: Path) -> CdiSupport:
+    """What the runtime of the Node object ``node`` does with CDI devices, its config read from
+    the paths given (as the chart mounts them); not known when a file cannot be read."""
+    version = str(node.get("status", {}).get("nodeInfo", {}).get("containerRuntimeVersion", ""))
+    try:
+        return cdi_support(
+            version,
+            containerd_config=read_config(containerd),
+            isulad_config=read_config(isulad),
+            containerd_path=containerd,
+            isulad_path=isulad,
+        )
+    except OSError as err:
+        log.warning("cannot tell whether %s applies CDI devices: %s", version, err)
+        return CdiSupport(None, version)

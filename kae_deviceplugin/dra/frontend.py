@@ -48,10 +48,10 @@ from kae_deviceplugin.dra.cdi_runtime import (
     CONTAINERD_CONFIG,
     ISULAD_CONFIG,
     CdiSupport,
-    cdi_support,
-    read_config,
+    runtime_of,
 )
-from kae_deviceplugin.dra.checkpoint import CheckpointFile, claimed_queues
+from kae_deviceplugin.dra.checkpoint import Checkpoint, CheckpointFile, claimed_queues
+from kae_deviceplugin.dra.claim_status_writer import ClaimStatusWriter, NotifyingPreparer
 from kae_deviceplugin.dra.health import add_health_servicers
 from kae_deviceplugin.dra.held_devices import DevicePluginHolds
 from kae_deviceplugin.dra.plugin import add_plugin_servicers
@@ -139,7 +139,11 @@ class DraFrontEnd:
             refusal=lambda: self.cdi.reason if self.cdi.refused else None,
         )
         self.sweeper = StaleClaimSweeper(self.preparer, self._get_claim)
+        self.status = ClaimStatusWriter(api, DRIVER, lambda: self.inventory, self._prepared)
         self._servers: list[grpc.aio.Server] = []
+
+    def _prepared(self) -> Checkpoint:
+        return self.preparer.state
 
     @property
     def publisher(self) -> SlicePublisher:
@@ -152,20 +156,9 @@ class DraFrontEnd:
         return await self.api.get(RESOURCE_CLAIMS, name, namespace)
 
     def _runtime_from(self, node: JsonObject) -> None:
-        """What the node's container runtime does with CDI devices: a runtime that does not
-        apply them gets an empty pool and every claim refused, with the fix in the log."""
-        version = str(node.get("status", {}).get("nodeInfo", {}).get("containerRuntimeVersion", ""))
-        try:
-            self.cdi = cdi_support(
-                version,
-                containerd_config=read_config(self.runtime_configs[0]),
-                isulad_config=read_config(self.runtime_configs[1]),
-                containerd_path=self.runtime_configs[0],
-                isulad_path=self.runtime_configs[1],
-            )
-        except OSError as err:
-            self.cdi = CdiSupport(None, version)
-            log.warning("cannot tell whether %s applies CDI devices: %s", version, err)
+        """A runtime that does not apply CDI devices gets an empty pool and every claim refused
+        (``cdi_runtime``), with the fix in the log."""
+        self.cdi = runtime_of(node, *self.runtime_configs)
         if self.cdi.refused:
             log.error("no KAE device is published and every claim is refused: %s", self.cdi.reason)
 
@@ -220,7 +213,13 @@ class DraFrontEnd:
         )
 
     def root_tasks(self) -> list[Coroutine[Any, Any, None]]:
-        return [self._serve(), self._publish(), self.sweeper.run(), self.held.run()]
+        return [
+            self._serve(),
+            self._publish(),
+            self.sweeper.run(),
+            self.held.run(),
+            self.status.run(),
+        ]
 
     def not_ready(self) -> list[str]:
         missing = []
@@ -238,6 +237,7 @@ class DraFrontEnd:
         self.container_files.sync(settings, inventory, self.serving_policy().container)
         self.views = build_views(inventory, settings.engines)
         self.inventories.publish(inventory)
+        self.status.changed()  # a device's health is in its holders' claim status
 
     async def _publish(self) -> None:
         await self.held.settled()  # no first slice offering a held device as free
@@ -248,7 +248,7 @@ class DraFrontEnd:
         for problem in reconciled.problems:
             log.warning("checkpoint reconcile: %s", problem)
         service = grpc.aio.server()
-        add_plugin_servicers(service, self.preparer)
+        add_plugin_servicers(service, NotifyingPreparer(self.preparer, self.status))
         add_health_servicers(service, self.inventories, self.node)
         registration = grpc.aio.server()
         servicer = RegistrationServicer(

@@ -67,15 +67,17 @@ def test_device_plugin_mode_has_no_rbac_policy_token_or_device_class(values: Pat
 
 
 def test_dra_mode_renders_every_dra_object() -> None:
-    """dra.enabled: the ClusterRole and binding, the policy and its binding, three classes."""
+    """dra.enabled: the ClusterRole and binding, the two policies (slices, claim status) and
+    their bindings, three classes."""
     kinds = [o["kind"] for o in render(None, DRA)]
     for kind in DRA_KINDS - {"DeviceClass"}:
-        assert kinds.count(kind) == 1, kind
+        assert kinds.count(kind) == (2 if "AdmissionPolicy" in kind else 1), kind
     assert kinds.count("DeviceClass") == 3
 
 
 def test_cluster_role_grants_exactly_what_the_driver_uses() -> None:
-    """ResourceSlices read and written, claims read, nodes read: nothing else."""
+    """ResourceSlices read and written, claims read and their status patched (server-side
+    apply), nodes read: nothing else."""
     role = one(render(None, DRA), "ClusterRole")
     rules = {
         (group, resource): sorted(rule["verbs"])
@@ -88,6 +90,7 @@ def test_cluster_role_grants_exactly_what_the_driver_uses() -> None:
             ["get", "list", "watch", "create", "update", "patch", "delete"]
         ),
         ("resource.k8s.io", "resourceclaims"): ["get"],
+        ("resource.k8s.io", "resourceclaims/status"): ["patch"],
         ("", "nodes"): ["get"],
     }
 
@@ -108,14 +111,21 @@ def test_binding_and_policy_name_the_pods_account(sets: tuple[str, ...], namespa
     assert subject == {"kind": "ServiceAccount", "name": account, "namespace": ns}
     binding = one(objs, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == one(objs, "ClusterRole")["metadata"]["name"]
-    policy = one(objs, "ValidatingAdmissionPolicy")
-    (condition,) = policy["spec"]["matchConditions"]
-    assert f'"system:serviceaccount:{ns}:{account}"' in condition["expression"]
-    vap_binding = one(objs, "ValidatingAdmissionPolicyBinding")
-    assert vap_binding["spec"] == {
-        "policyName": policy["metadata"]["name"],
-        "validationActions": ["Deny"],
+    policies = of_kind(objs, "ValidatingAdmissionPolicy")
+    assert {p["metadata"]["name"].rsplit("-own-node-", 1)[1] for p in policies} == {
+        "slices",
+        "claims",
     }
+    bindings = {
+        b["spec"]["policyName"]: b for b in of_kind(objs, "ValidatingAdmissionPolicyBinding")
+    }
+    for policy in policies:
+        (condition,) = policy["spec"]["matchConditions"]
+        assert f'"system:serviceaccount:{ns}:{account}"' in condition["expression"]
+        assert bindings[policy["metadata"]["name"]]["spec"] == {
+            "policyName": policy["metadata"]["name"],
+            "validationActions": ["Deny"],
+        }
     for obj in objs:
         if obj["kind"] in DRA_KINDS:
             assert "namespace" not in obj["metadata"], obj["kind"]

@@ -19,7 +19,7 @@ from kae_deviceplugin.discovery.queues import QueueTotals
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.deploy.test_chart_dra import DRA, ENGINES
-from tests.deploy.test_deploy import of_kind, one, render
+from tests.deploy.test_deploy import of_kind, render
 from tests.dra.inventories import tree_inventory
 
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
@@ -73,10 +73,19 @@ def slice_on(node: str | None) -> dict[str, Any]:
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "spec": spec}
 
 
+def named_policy(suffix: str) -> dict[str, Any]:
+    """The chart's admission policy whose name ends with ``suffix``."""
+    [found] = [
+        p
+        for p in of_kind(render(None, DRA), "ValidatingAdmissionPolicy")
+        if p["metadata"]["name"].endswith(suffix)
+    ]
+    return found
+
+
 @pytest.fixture(scope="module")
 def policy() -> dict[str, Any]:
-    found: dict[str, Any] = one(render(None, DRA), "ValidatingAdmissionPolicy")
-    return found
+    return named_policy("-own-node-slices")
 
 
 def test_the_driver_writes_its_own_nodes_slices(policy: dict[str, Any]) -> None:
@@ -190,3 +199,33 @@ def test_the_pool_and_the_driver_are_pinned(
     assert denied is not None, (operation, new, old)
     wrong = next(o for o in (new, old) if o and o["spec"] != pooled("n1", "n1")["spec"])
     assert wrong["spec"]["pool"]["name"] in denied and wrong["spec"]["driver"] in denied
+
+
+def claim_on(node: str, entries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A ResourceClaim allocated on ``node`` (the node selector the scheduler writes), with
+    ``entries`` as its status.devices."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    status: dict[str, Any] = {"allocation": {"nodeSelector": {"nodeSelectorTerms": [term]}}}
+    if entries is not None:
+        status["devices"] = entries
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "status": status}
+
+
+def entry(pool: str, driver: str = "kae.openfuyao.com") -> dict[str, Any]:
+    return {"driver": driver, "pool": pool, "device": "hpre-0000-79-00-0"}
+
+
+def test_the_driver_writes_the_status_of_claims_on_its_node_only() -> None:
+    """The claim-status policy: the status of a claim allocated on the driver's node, with
+    entries of its pool (and another driver's, left alone), is admitted; a claim allocated on
+    another node, an entry for another node's pool, or a token without a node is denied."""
+    claims = named_policy("-own-node-claims")
+    here = request("UPDATE", "node-a")
+    ours = claim_on("node-a", [entry("node-a"), entry("elsewhere", "gpu.example.com")])
+    assert admit(claims, here, ours, claim_on("node-a")) is None
+    denied = admit(claims, here, claim_on("node-b", [entry("node-b")]), claim_on("node-b"))
+    assert denied is not None and "allocated on its own node" in denied
+    denied = admit(claims, here, claim_on("node-a", [entry("node-b")]), claim_on("node-a"))
+    assert denied is not None and "its own node's pool" in denied
+    assert admit(claims, request("UPDATE", None), ours, claim_on("node-a")) is not None
+    assert admit(claims, request("UPDATE", "node-a", user="someone"), ours, ours) is None

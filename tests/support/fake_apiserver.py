@@ -122,6 +122,17 @@ class FakeApiServer:
         body = {**body, "metadata": {**metadata, "uid": old["metadata"]["uid"]}}
         return self._store(kind, body, "MODIFIED")
 
+    async def apply_status(self, kind: Kind, body: JsonObject) -> JsonObject:
+        """Server-side apply of the status as one manager: its ``status`` replaces the stored
+        one (this fake knows one manager); 404 when the object is gone."""
+        self._maybe_fail("patch")
+        metadata = body["metadata"]
+        old = self.objects.get(self._key(kind, metadata["name"], metadata.get("namespace")))
+        if old is None:
+            raise ApiError(f"{kind.plural}/{metadata['name']} not found", status=404)
+        status = {**old.get("status", {}), **copy.deepcopy(body.get("status", {}))}
+        return self._store(kind, {**old, "status": status}, "MODIFIED")
+
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
         self._maybe_fail("delete")
         old = self.objects.pop(self._key(kind, name, namespace), None)
