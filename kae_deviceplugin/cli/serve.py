@@ -124,7 +124,26 @@ def overrides_from(
         option = by_param[name]
         given[option.field] = _as_given(option, value)
         sources[option.field] = option.env_var if from_env else option.flag
+    _empty_variables(by_param, ctx, given, sources)
     return given, sources
+
+
+# Settings whose empty value means something ("" turns the metrics endpoint or the NFD file
+# off), which click takes for an unset variable: an empty one is given here.
+_EMPTY_MEANS_OFF = ("metrics_address", "nfd_features_file")
+
+
+def _empty_variables(
+    by_param: dict[str, Option],
+    ctx: click.Context,
+    given: dict[str, object],
+    sources: dict[str, str],
+) -> None:
+    for name in _EMPTY_MEANS_OFF:
+        option = by_param[name]
+        default = ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT
+        if default and os.environ.get(option.env_var) == "":
+            given[option.field], sources[option.field] = "", option.env_var
 
 
 def load_settings(

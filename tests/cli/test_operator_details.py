@@ -107,3 +107,41 @@ def test_plugin_watcher_start_up_names_the_plugins_registry_directory() -> None:
         assert f"plugin sockets in {workdir / 'kubelet' / 'plugins_registry'}" in line
         assert "registration: plugin watcher" in line
         assert "device-plugins" not in line
+
+
+def test_an_empty_metrics_variable_turns_the_endpoint_off_even_with_its_port_taken() -> None:
+    """KAE_DP_METRICS_ADDRESS="" (which click alone would take for unset) turns the endpoint
+    off: with the default port held by another socket, serve still starts."""
+    import contextlib
+    import socket as sockets
+
+    with short_tmpdir() as workdir, contextlib.ExitStack() as stack:
+        holder = stack.enter_context(sockets.socket())
+        holder.setsockopt(sockets.SOL_SOCKET, sockets.SO_REUSEADDR, 1)
+        with contextlib.suppress(OSError):  # already taken by someone else: as good
+            holder.bind(("", 9410))
+            holder.listen()
+        (workdir / "kubelet" / "device-plugins").mkdir(parents=True)
+        env = {
+            **os.environ,
+            "KAE_DP_SYSFS_ROOT": str(FIXTURES / "kunpeng920-2p" / "sys"),
+            "KAE_DP_DEV_ROOT": str(FIXTURES / "kunpeng920-2p" / "dev"),
+            "KAE_DP_KUBELET_ROOT": str(workdir / "kubelet"),
+            "KAE_DP_STATE_DIR": str(workdir / "state"),
+            "KAE_DP_REGISTRATION": "kubelet-socket",
+            "KAE_DP_METRICS_ADDRESS": "",
+            "KAE_DP_NFD_FEATURES_FILE": "",
+        }
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kae_deviceplugin", "serve"],
+            env=env,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            cwd=FIXTURES.parent,
+        )
+        try:
+            assert "starting" in first_log_line(process, "starting")
+        finally:
+            process.terminate()
+            process.communicate(timeout=DEADLINE)
