@@ -155,7 +155,7 @@ async def _translated(
         response = getattr(err, "response", None)  # none for a watch's ERROR event
         code = int(status.code or (response.status_code if response is not None else 0))
         said = f"HTTP {code or '?'} {status.reason or ''}".rstrip()
-        if status.message and status.message != "None":
+        if status.message:
             said = f"{status.message} ({said})"
         raise ApiError(f"{at}: {said}", status=code, reason=str(status.reason or ""),
                        **asked) from err  # fmt: skip

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from lightkube.core.exceptions import ApiError as LightkubeApiError
+from lightkube.models import meta_v1
 
 from kae_deviceplugin.apiserver.hints import (
     NO_DRA_FIX,
@@ -163,3 +165,12 @@ def test_the_hint_follows_the_status_and_what_was_asked(
     err = ApiError("refused", status=status, verb=verb, resource=resource)
     assert hint(err) == expected
     assert with_hint(err) == ("refused" if expected is None else f"refused; {expected}")
+
+
+def test_a_status_without_a_message_reads_as_its_code() -> None:
+    """A Status object with no message (a watch's ERROR event, a terse proxy): "HTTP 500
+    InternalError" and the log hint, never "None"."""
+    status = meta_v1.Status(code=500, reason="InternalError")
+    err = asyncio.run(_raised(LightkubeApiError(status=status), verb="watch"))
+    assert str(err) == "watch resourceslices at https://api.example:6443: HTTP 500 InternalError"
+    assert (err.status, hint(err)) == (500, SERVER_FAILED_FIX)
