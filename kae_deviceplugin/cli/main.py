@@ -21,7 +21,7 @@ from kae_deviceplugin.cli.options import (
     output_option,
     sysfs_root_option,
 )
-from kae_deviceplugin.cli.serve import serve_options, settings_or_exit
+from kae_deviceplugin.cli.serve import label_for, serve_options, settings_or_exit
 from kae_deviceplugin.config.resolve import check_config
 from kae_deviceplugin.config.rules import did_you_mean
 from kae_deviceplugin.config.schema import ENV_PREFIX
@@ -156,7 +156,7 @@ def serve_command(ctx: click.Context, /, config_path: Path | None, **params: Any
     """Run the device-plugin daemon (what the DaemonSet runs)."""
     settings, source = settings_or_exit(ctx, config_path, params)
     logs.configure(settings.log_level, settings.log_format)
-    raise SystemExit(run_serve(settings, source))
+    raise SystemExit(run_serve(settings, source, label_for(ctx, params, source)))
 
 
 @main.command("check-config")
