@@ -16,6 +16,7 @@
     │   └── CheckpointTooNew    written by a newer daemon in a format this one does not know
     ├── ClaimRefused            a claim the DRA plugin cannot prepare (the reason for the kubelet)
     └── ApiError                the API server refused a call or cannot be reached (its status)
+        └── KubeconfigError     no client: the kubeconfig or service account is unusable (why)
 
 ``ConfigError`` is not an exception: it is one problem inside an ``InvalidConfig``.
 """
@@ -138,12 +139,42 @@ class RegistrationFailed(KaeDevicePluginError):
 
 
 class ApiError(KaeDevicePluginError):
-    """An API-server call failed: ``status`` is the HTTP status (0 when none was reached)."""
+    """An API-server call failed: ``status`` is the HTTP status (0 when none was reached).
 
-    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+    ``verb`` and ``resource`` (``list``, ``resourceslices``) say what was asked, where the client
+    knows it: a 404 means "no such object" for a get and "no such API" for a list.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 0,
+        reason: str = "",
+        verb: str = "",
+        resource: str = "",
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason  # the Status object's reason: NotFound, Conflict, AlreadyExists...
+        self.verb = verb
+        self.resource = resource
+
+
+UNREACHABLE = "Unreachable"  # ApiError.reason where no answer came (status 0): no connection
+
+
+class KubeconfigError(ApiError):
+    """No API client can be made: the kubeconfig (or the pod's service account) is missing or
+    unusable; the message names the file and what is wrong with it.
+
+    ``exit_code``: 2 where the invocation named a file that is none (a bad value), 3 where the
+    node lacks what it needs (a file it cannot read, no service account token).
+    """
+
+    def __init__(self, message: str, *, code: int = 3) -> None:
+        super().__init__(message)
+        self.exit_code = code
 
 
 class CheckpointError(KaeDevicePluginError):

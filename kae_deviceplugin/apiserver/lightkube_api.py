@@ -13,7 +13,7 @@ import builtins
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,15 @@ from lightkube.core.exceptions import ApiError as LightkubeApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import PatchType
 
+from kae_deviceplugin.apiserver.kubeconfig import check_service_account, load_kubeconfig
 from kae_deviceplugin.apiserver.seam import JsonObject, Kind, WatchStart
-from kae_deviceplugin.errors import ApiError
+from kae_deviceplugin.errors import (
+    EXIT_ENVIRONMENT,
+    EXIT_USAGE,
+    UNREACHABLE,
+    ApiError,
+    KubeconfigError,
+)
 
 FIELD_MANAGER = "kae-deviceplugin"
 # httpx logs every request at INFO: a claim read per NodePrepare would be one line each.
@@ -45,39 +52,46 @@ def _plain(obj: Any) -> JsonObject:
 
 
 class LightkubeApi:
-    """The calls of ``seam.ApiServer`` on one lightkube ``AsyncClient``."""
+    """The calls of ``seam.ApiServer`` on one lightkube ``AsyncClient``; ``server`` (its URL) is
+    named in every error, so a message says which API server refused or was away."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncClient, server: str = "") -> None:
         self.client = client
+        self.server = server
+
+    def _translated(
+        self, verb: str, kind: Kind, name: str | None = None, *, stream: bool = False
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        return _translated(verb, kind.plural, name, self.server, stream=stream)
 
     async def get(self, kind: Kind, name: str, namespace: str | None = None) -> JsonObject:
-        async with _translated(f"get {kind.plural}/{name}"):
+        async with self._translated("get", kind, name):
             return _plain(await self.client.get(_resource(kind), name, namespace=namespace))
 
     async def list(self, kind: Kind, field_selector: Mapping[str, str]) -> list[JsonObject]:
-        async with _translated(f"list {kind.plural}"):
+        async with self._translated("list", kind):
             found = self.client.list(_resource(kind), fields=dict(field_selector))
             return [_plain(obj) async for obj in found]
 
     async def list_versioned(
         self, kind: Kind, field_selector: Mapping[str, str]
     ) -> tuple[builtins.list[JsonObject], str]:
-        async with _translated(f"list {kind.plural}"):
+        async with self._translated("list", kind):
             found = self.client.list(_resource(kind), fields=dict(field_selector))
             items = [_plain(obj) async for obj in found]
             return items, str(found.resourceVersion)
 
     async def create(self, kind: Kind, body: JsonObject) -> JsonObject:
-        async with _translated(f"create {kind.plural}/{body['metadata'].get('name')}"):
+        async with self._translated("create", kind, body["metadata"].get("name")):
             return _plain(await self.client.create(_resource(kind)(body)))
 
     async def replace(self, kind: Kind, body: JsonObject) -> JsonObject:
-        async with _translated(f"replace {kind.plural}/{body['metadata'].get('name')}"):
+        async with self._translated("replace", kind, body["metadata"].get("name")):
             return _plain(await self.client.replace(_resource(kind)(body)))
 
     async def apply_status(self, kind: Kind, body: JsonObject) -> JsonObject:
         metadata = body["metadata"]
-        async with _translated(f"apply {kind.plural}/{metadata.get('name')}/status"):
+        async with self._translated("apply", kind, f"{metadata.get('name')}/status"):
             return _plain(
                 await self.client.patch(
                     _resource(kind).Status,
@@ -91,7 +105,7 @@ class LightkubeApi:
             )
 
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
-        async with _translated(f"delete {kind.plural}/{name}"):
+        async with self._translated("delete", kind, name):
             await self.client.delete(_resource(kind), name, namespace=namespace)
 
     async def watch(
@@ -102,7 +116,7 @@ class LightkubeApi:
         events = self.client.watch(
             _resource(kind), fields=dict(field_selector), resource_version=start
         )
-        async with _translated(f"watch {kind.plural}", stream=True):
+        async with self._translated("watch", kind, stream=True):
             async for event, obj in events:
                 yield event, _plain(obj)
 
@@ -111,39 +125,61 @@ class LightkubeApi:
 
 
 def connect(kubeconfig: Path | None) -> LightkubeApi:
-    """A client from a kubeconfig file (a host process), else the pod's service account."""
+    """A client from a kubeconfig file (a host process), else the pod's service account;
+    KubeconfigError naming the file and what is wrong with it when neither gives one."""
+    make: Callable[[], KubeConfig]
+    if kubeconfig is not None:
+        content, server = load_kubeconfig(kubeconfig)
+        where, code = str(kubeconfig), EXIT_USAGE
+        make = functools.partial(KubeConfig.from_dict, content, fname=kubeconfig)
+    else:
+        server, where, code = check_service_account(), "the pod's service account", EXIT_ENVIRONMENT
+        make = KubeConfig.from_service_account
     try:
-        config = (
-            KubeConfig.from_file(kubeconfig)
-            if kubeconfig is not None
-            else KubeConfig.from_service_account()
-        )
-    except Exception as err:  # lightkube raises several kinds for a missing or bad config
-        where = kubeconfig or "the in-cluster service account"
-        raise ApiError(f"cannot read {where}: {err}") from err
-    client = AsyncClient(
-        config, field_manager=FIELD_MANAGER, timeout=httpx2.Timeout(REQUEST_TIMEOUT)
-    )
-    return LightkubeApi(client)
+        timeout = httpx2.Timeout(REQUEST_TIMEOUT)
+        client = AsyncClient(make(), field_manager=FIELD_MANAGER, timeout=timeout)
+    except Exception as err:  # the library's many kinds: a CA file missing, a bad field type
+        raise KubeconfigError(
+            f"{where}: no client for {server} can be made from it: {_first_line(err)}", code=code
+        ) from err
+    return LightkubeApi(client, server)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
 
 
 @contextlib.asynccontextmanager
-async def _translated(what: str, *, stream: bool = False) -> AsyncIterator[None]:
-    """Turns lightkube's and httpx's errors into ``errors.ApiError`` (our refusal type); on a
-    watch ``stream``, so does a line that is not a watch event (a proxy's garbage, a cut)."""
+async def _translated(
+    verb: str, plural: str, name: str | None, server: str, *, stream: bool = False
+) -> AsyncIterator[None]:
+    """Turns lightkube's and httpx's errors into ``errors.ApiError`` (our refusal type), naming
+    the call and the server; on a watch ``stream``, so does a line that is not a watch event
+    (a proxy's garbage, a cut)."""
+    what = f"{verb} {plural}" + (f"/{name}" if name else "")
+    at = f"{what} at {server}" if server else what
+    asked: dict[str, Any] = {"verb": verb, "resource": plural}
     try:
         yield
     except (ValueError, KeyError, TypeError) as err:
         if not stream:
             raise
-        raise ApiError(f"{what}: undecodable event ({type(err).__name__}: {err})") from err
+        raise ApiError(f"{at}: undecodable event ({type(err).__name__}: {err})", **asked) from err
     except LightkubeApiError as err:
         status = err.status
-        said = status.message or f"HTTP {status.code or '?'} {status.reason or ''}".rstrip()
-        raise ApiError(
-            f"{what}: {said}",
-            status=int(status.code or 0),
-            reason=str(status.reason or ""),
-        ) from err
+        response = getattr(err, "response", None)  # none for a watch's ERROR event
+        code = int(status.code or (response.status_code if response is not None else 0))
+        said = f"HTTP {code or '?'} {status.reason or ''}".rstrip()
+        if status.message:
+            said = f"{status.message} ({said})"
+        raise ApiError(f"{at}: {said}", status=code, reason=str(status.reason or ""),
+                       **asked) from err  # fmt: skip
+    except httpx2.HTTPStatusError as err:  # an answer that is no Status object (a proxy's page)
+        code = err.response.status_code
+        raise ApiError(f"{at}: HTTP {code} {err.response.reason_phrase}".rstrip(), status=code,
+                       **asked) from err  # fmt: skip
     except httpx2.HTTPError as err:
-        raise ApiError(f"{what}: API server not reachable ({err})") from err
+        raise ApiError(
+            f"{at}: API server not reachable ({err})", reason=UNREACHABLE, **asked
+        ) from err

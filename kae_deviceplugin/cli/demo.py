@@ -169,13 +169,32 @@ def _refusal(serve_on: str | None) -> int | None:
     return None
 
 
-def run_demo(tree: str, say: Callable[[str], None], serve_on: str | None = None) -> int:
-    """The demo; with ``serve_on`` (an address for /metrics) it keeps serving until SIGINT."""
+def _dra_demo(tree: str, say: Callable[[str], None], serve_on: str | None) -> int:
+    """The DRA tour (``demo_dra``), which has no daemon to keep serving."""
+    if serve_on is not None:
+        sys.stderr.write(
+            "error: --serve keeps the device plugin's daemon serving; "
+            "--mode dra has no daemon to keep: leave one of them out\n"
+        )
+        return EXIT_USAGE
+    # Imported here: the device-plugin demo loads none of DRA's modules.
+    from kae_deviceplugin.cli.demo_dra import run_dra_demo  # noqa: PLC0415
+
+    return run_dra_demo(tree, say)
+
+
+def run_demo(
+    tree: str, say: Callable[[str], None], serve_on: str | None = None, mode: str = "device-plugin"
+) -> int:
+    """The demo; with ``serve_on`` (an address for /metrics) it keeps serving until SIGINT.
+    ``mode`` dra tours the DRA driver instead (``demo_dra``), which has nothing to serve."""
     if tree not in TREES:
         sys.stderr.write(
             f"error: unknown tree {tree!r}; choose one of: {', '.join(sorted(TREES))}\n"
         )
         return EXIT_USAGE
+    if mode.lower() == "dra":
+        return _dra_demo(tree, say, serve_on)
     refused = _refusal(serve_on)
     if refused is not None:
         return refused

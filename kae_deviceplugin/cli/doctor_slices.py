@@ -14,44 +14,19 @@ import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kae_deviceplugin.apiserver.hints import RBAC_FIX, hint
 from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_SLICES, ApiServer, JsonObject
 from kae_deviceplugin.cli.checks import Row, Status
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.discovery.queues import QueueTotals
 from kae_deviceplugin.dra.api import DRIVER
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
-from kae_deviceplugin.errors import ApiError
+from kae_deviceplugin.errors import UNREACHABLE, ApiError, KubeconfigError
 
 Connect = Callable[[Path | None], ApiServer]
 API_TIMEOUT = 15.0  # two calls of at most 10 s each would be a broken API server anyway
 CHECK = "dra slices"
-# What the driver's identity may do: (API group, resource, verbs), as the chart's ClusterRole
-# grants it (a test holds the two equal) and deploy/dra/README.md lists it.
-DRIVER_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    (
-        "resource.k8s.io",
-        "resourceslices",
-        ("get", "list", "watch", "create", "update", "patch", "delete"),
-    ),
-    ("resource.k8s.io", "resourceclaims", ("get",)),
-    ("resource.k8s.io", "resourceclaims/status", ("patch",)),
-    ("", "nodes", ("get",)),
-)
-
-
-def _rules_text() -> str:
-    def group(name: str) -> str:
-        return name or "the core group"
-
-    return "; ".join(
-        f"in {group(g)}, {resource} {', '.join(verbs)}" for g, resource, verbs in DRIVER_RULES
-    )
-
-
-RBAC_FIX = (
-    "the identity (the kubeconfig's user, in a pod its service account) needs the driver's "
-    f"ClusterRole: {_rules_text()} (the chart's <release>-dra; deploy/dra/README.md)"
-)
+PASS_KUBECONFIG = "outside a pod pass --kubeconfig FILE (KAE_DP_KUBECONFIG)"
 NODE_FIX = "--node-name (KAE_DP_NODE_NAME) or NODE_NAME must be the node's name in the API"
 
 
@@ -76,18 +51,28 @@ async def _read(api: ApiServer, node: str) -> tuple[list[JsonObject], bool]:
                 return [], False
             return [], True
     except TimeoutError:
-        raise ApiError(f"no answer within {API_TIMEOUT:g} s") from None
+        server = getattr(api, "server", "") or "the API server"  # the real client knows its URL
+        raise ApiError(f"no answer from {server} within {API_TIMEOUT:g} s",
+                       reason=UNREACHABLE) from None  # fmt: skip
     finally:
         await api.close()
 
 
-def _api_error(err: ApiError) -> Row:
+def _api_error(err: ApiError, kubeconfig: Path | None) -> Row:
+    """The row for a refusal or no answer: what happened, and the fix its status tells."""
+    if isinstance(err, KubeconfigError):
+        named = f"kubeconfig {err}" if kubeconfig is not None else str(err)
+        fix = "fix the file, or pass one that works (kubectl --kubeconfig FILE get nodes tries it)"
+        if kubeconfig is None:
+            fix = PASS_KUBECONFIG
+        return Row(CHECK, Status.FAIL, f"no API client: {named}", (fix,))
     if err.status in (401, 403):
         detail = f"the API server refuses (HTTP {err.status} {err.reason}): {err}"
-        return Row(CHECK, Status.FAIL, detail, (RBAC_FIX,))
-    detail = f"cannot read ResourceSlices: {err}"
-    fix = "is the API server reachable from here? Outside a pod pass --kubeconfig FILE"
-    return Row(CHECK, Status.FAIL, detail, (fix,))
+        return Row(CHECK, Status.FAIL, detail, (hint(err) or RBAC_FIX,))
+    fixes = [found] if (found := hint(err)) is not None else []
+    if err.status == 0 and kubeconfig is None:  # no answer, in a pod or not: which server?
+        fixes.append(PASS_KUBECONFIG)
+    return Row(CHECK, Status.FAIL, f"cannot read ResourceSlices: {err}", tuple(fixes))
 
 
 def _pool_rows(node: str, slices: Sequence[JsonObject], expected: set[str]) -> list[Row]:
@@ -149,7 +134,7 @@ def check_slices(
         api = (connect or real_connect)(kubeconfig)
         slices, node_known = asyncio.run(_read(api, node))
     except ApiError as err:
-        return [_api_error(err)]
+        return [_api_error(err, kubeconfig)]
     if not node_known:
         return [Row(CHECK, Status.FAIL, f"no node {node} in the API", (NODE_FIX,))]
     if not slices:

@@ -21,10 +21,11 @@ from kae_deviceplugin.cli.options import (
     output_option,
     sysfs_root_option,
 )
-from kae_deviceplugin.cli.serve import serve_options, settings_or_exit
+from kae_deviceplugin.cli.serve import label_for, serve_options, settings_or_exit
 from kae_deviceplugin.config.resolve import check_config
 from kae_deviceplugin.config.rules import did_you_mean
 from kae_deviceplugin.config.schema import ENV_PREFIX
+from kae_deviceplugin.config.settings import MODES
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.daemon.run import run_serve
 from kae_deviceplugin.discovery.scan import scan
@@ -155,7 +156,7 @@ def serve_command(ctx: click.Context, /, config_path: Path | None, **params: Any
     """Run the device-plugin daemon (what the DaemonSet runs)."""
     settings, source = settings_or_exit(ctx, config_path, params)
     logs.configure(settings.log_level, settings.log_format)
-    raise SystemExit(run_serve(settings, source))
+    raise SystemExit(run_serve(settings, source, label_for(ctx, params, source)))
 
 
 @main.command("check-config")
@@ -184,12 +185,21 @@ main.add_command(doctor_command)
     "(port 0: any free port, printed), until Ctrl-C: `serve` run locally against the bundled "
     "kubelet and pod-resources emulators.",
 )
-def demo_command(tree: str, serve_on: str | None) -> None:
+@option(
+    "--mode",
+    type=click.Choice(MODES, case_sensitive=False),
+    default=MODES[0],
+    show_default=True,
+    help="dra: the DRA driver's tour instead: the node's ResourceSlices, a claim by capability "
+    "and NUMA node allocated from them, prepared by the driver, its CDI spec and what the "
+    "container gets (no cluster; with emulators of the API server, scheduler and runtime).",
+)
+def demo_command(tree: str, serve_on: str | None, mode: str) -> None:
     """Run the real daemon on a bundled node against a kubelet emulator, and show what it sees."""
     from kae_deviceplugin.cli.demo import run_demo  # noqa: PLC0415 -- keeps the emulator out of serve's start-up
 
     logs.configure("warning", "text")
-    raise SystemExit(run_demo(tree, echo_until_closed, serve_on))
+    raise SystemExit(run_demo(tree, echo_until_closed, serve_on, mode))
 
 
 def echo_until_closed(line: str) -> None:

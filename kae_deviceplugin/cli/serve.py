@@ -9,6 +9,7 @@ a file key accept the same spellings (``on``/``true``/``1``, choices in any case
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from kae_deviceplugin.config.resolve import (
     enable_only,
     parse_engine_list,
     resolve_settings,
+    where_set,
 )
 from kae_deviceplugin.config.schema import (
     ENABLE_ENGINES_FLAG,
@@ -154,6 +156,17 @@ def load_settings(
         return resolve_settings(None, overrides, sources=sources), None
     source = ConfigSource(config_path, overrides, sources)
     return source.initial(), source
+
+
+def label_for(
+    ctx: click.Context, params: dict[str, Any], source: ConfigSource | None
+) -> Callable[[str], str]:
+    """How the user wrote each setting, for a refusal: its flag or KAE_DP_* variable, else the
+    file's key where the file set it, else the flag (``config.resolve.where_set``)."""
+    if source is not None:
+        return source.label
+    _given, sources = overrides_from(ctx, params)
+    return functools.partial(where_set, sources=sources, file=None)
 
 
 def settings_or_exit(

@@ -22,6 +22,7 @@ from kae_deviceplugin.daemon.host_files import remove_if_unused
 from kae_deviceplugin.daemon.hotplug import udev_task
 from kae_deviceplugin.daemon.memory import release_startup_memory
 from kae_deviceplugin.daemon.preflight import (
+    Label,
     check_kubelet_root,
     check_listen,
     check_roots,
@@ -106,27 +107,35 @@ def build_daemon(
     return daemon
 
 
-def build_for_mode(settings: Settings, source: ConfigSource | None = None) -> Daemon[Any]:
-    """The daemon of the mode the settings name, with every optional task."""
+def build_for_mode(
+    settings: Settings, source: ConfigSource | None = None, label: Label | None = None
+) -> Daemon[Any]:
+    """The daemon of the mode the settings name, with every optional task; ``label`` names a
+    setting in a refusal as the user wrote it (default: the file's key, else the flag)."""
     if settings.mode != "dra":
         return build_daemon(settings, source)
     # Imported here, not at the top: device-plugin mode must load none of DRA's modules.
     from kae_deviceplugin.daemon.run_dra import build_dra_daemon  # noqa: PLC0415
 
-    daemon = build_dra_daemon(settings, source, Counters())
+    daemon = build_dra_daemon(settings, source, Counters(), label)
     for task in optional_tasks(settings, daemon):
         daemon.add_task(task)
     return daemon
 
 
-def run_serve(settings: Settings, source: ConfigSource | None = None) -> int:
-    """Run serve to its end; the exit code (see the README's table of exit codes)."""
+def run_serve(
+    settings: Settings, source: ConfigSource | None = None, label: Label | None = None
+) -> int:
+    """Run serve to its end; the exit code (see the README's table of exit codes). ``label``
+    names a setting as the user wrote it (its flag, variable or file key); without one, the
+    file's key where the file set it, else the flag."""
     try:
-        label = source.label if source is not None else flag_of  # the file's key, if it set one
+        if label is None:
+            label = source.label if source is not None else flag_of
         check_roots(settings, label)
         check_kubelet_root(settings, label)
         check_listen(settings.metrics_address, label("metrics_address"))
-        daemon = build_for_mode(settings, source)
+        daemon = build_for_mode(settings, source, label)
         daemon.front.prepare()  # a socket directory it cannot use: one line and exit 3, now
         log.info(
             "kae-deviceplugin %s starting: sysfs %s, %s",

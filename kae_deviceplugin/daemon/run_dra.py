@@ -8,13 +8,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kae_deviceplugin.apiserver.lightkube_api import connect
+from kae_deviceplugin.apiserver.hints import HintedApi
+from kae_deviceplugin.apiserver.lightkube_api import LightkubeApi, connect
 from kae_deviceplugin.apiserver.paced import PacedApi
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.resolve import check_node_name_variable
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.daemon.preflight import Label, flag_of
 from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats
 from kae_deviceplugin.dra.api import plugin_dir
@@ -22,8 +24,8 @@ from kae_deviceplugin.dra.frontend import DraFrontEnd
 from kae_deviceplugin.errors import (
     EXIT_ENVIRONMENT,
     EXIT_USAGE,
-    ApiError,
     InvalidConfig,
+    KubeconfigError,
     StartupError,
 )
 
@@ -43,20 +45,36 @@ def node_name(settings: Settings) -> str:
     return name
 
 
+def _client(settings: Settings, label: Label) -> LightkubeApi:
+    """The API client, or a refusal naming the kubeconfig where it was set (``label``: its
+    flag, variable or file key) and what is wrong with it; exit 2 for a file that is no
+    kubeconfig, 3 for one the daemon cannot read or a pod without its service account."""
+    try:
+        return connect(settings.kubeconfig)
+    except KubeconfigError as err:
+        if settings.kubeconfig is None:  # only then is a kubeconfig the suggestion
+            raise StartupError(
+                f"{err}; outside a pod pass --kubeconfig FILE", code=err.exit_code
+            ) from None
+        raise StartupError(f"{label('kubeconfig')} {err}", code=err.exit_code) from None
+
+
 def build_dra_daemon(
-    settings: Settings, source: ConfigSource | None, counters: Counters
+    settings: Settings,
+    source: ConfigSource | None,
+    counters: Counters,
+    label: Label | None = None,
 ) -> Daemon[Any]:
-    """Every part of a DRA daemon; the optional tasks are added by the caller, as for the other."""
+    """Every part of a DRA daemon; the optional tasks are added by the caller, as for the other.
+    ``label`` names a setting in a refusal as the user wrote it (default: the file's key where
+    the file set it, else the flag)."""
     stopping = asyncio.Event()
     heartbeats = Heartbeats()
     container_files = ContainerFiles()
     node = node_name(settings)  # the invocation's mistake (exit 2) before the environment's
-    try:
-        api = connect(settings.kubeconfig)
-    except ApiError as err:  # no kubeconfig, no service account token: the node's setup
-        raise StartupError(
-            f"{err}; pass --kubeconfig FILE outside a pod", code=EXIT_ENVIRONMENT
-        ) from None
+    if label is None:
+        label = source.label if source is not None else flag_of
+    api = HintedApi(_client(settings, label))  # every refusal logged with its fix (RBAC, DRA)
     try:
         front = DraFrontEnd(settings, PacedApi(api), node, container_files)
     except OSError as err:  # the plugin directory or its checkpoint: a file in the way, no access

@@ -135,7 +135,8 @@ def _kubeconfig(path: Path) -> Path:
 
 def test_doctor_mode_dra_from_a_config_file_reaches_for_the_real_api(tmp_path: Path) -> None:
     """`doctor --config` with mode dra, the node name and a kubeconfig in the file: the DRA rows
-    replace the device plugin's, and an API server nobody answers for is its own finding."""
+    replace the device plugin's, and an API server nobody answers for is its own finding, naming
+    the server's URL; no "pass --kubeconfig" when the file gave one."""
     config = tmp_path / "config.yaml"
     config.write_text(
         f"version: v1\nmode: dra\npaths:\n  kubeletRoot: {tmp_path}\n"
@@ -149,8 +150,10 @@ def test_doctor_mode_dra_from_a_config_file_reaches_for_the_real_api(tmp_path: P
     rows = {row["check"]: row for row in json.loads(result.stdout)["checks"]}
     assert "kubelet" not in rows and rows["dra registration"]["status"] == "fail"
     assert rows["dra slices"]["status"] == "fail"
-    assert "not reachable" in rows["dra slices"]["detail"], rows["dra slices"]
-    assert "--kubeconfig" in rows["dra slices"]["fixes"][0]
+    detail, fixes = rows["dra slices"]["detail"], rows["dra slices"]["fixes"]
+    assert "not reachable" in detail and "at https://127.0.0.1:" in detail, rows["dra slices"]
+    assert fixes[0].startswith("is the API server reachable from here")
+    assert not any("--kubeconfig" in fix for fix in fixes)
 
 
 def test_a_bad_mode_is_refused_as_serve_refuses_it() -> None:

@@ -6,6 +6,7 @@ Each runs the real command in a subprocess, as an operator would, and reads its 
 from __future__ import annotations
 
 import errno
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,21 @@ def test_a_sysfs_root_that_does_not_exist_is_refused_with_exit_2(tmp_path: Path)
     assert done.returncode == 2
     line = one_line(done.stderr)
     assert "--sysfs-root" in line and "sys-typo" in line and "does not exist" in line
+
+
+def test_a_value_from_a_variable_is_named_as_the_variable(tmp_path: Path) -> None:
+    """Without a config file too, a refusal names the KAE_DP_* variable that held the value
+    (it used to name the flag, which the operator never wrote)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "kae_deviceplugin", "serve", "--metrics-address", "",
+         "--nfd-features-file", "", "--dev-root", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+        env={**os.environ, "KAE_DP_SYSFS_ROOT": str(tmp_path / "sys-typo")},
+    )  # fmt: skip
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    assert f"KAE_DP_SYSFS_ROOT {tmp_path / 'sys-typo'} does not exist" in line
+    assert "--sysfs-root" not in line
 
 
 def test_a_file_where_the_socket_directory_should_be_is_one_line_with_exit_3() -> None:

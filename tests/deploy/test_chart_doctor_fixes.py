@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
+from kae_deviceplugin.apiserver.hints import DRIVER_RULES, RBAC_FIX
 from kae_deviceplugin.cli.doctor_dra import one_mode_fix
-from kae_deviceplugin.cli.doctor_slices import DRIVER_RULES, RBAC_FIX
 from tests.deploy.test_chart_dra import DRA, daemonsets, is_dra
 from tests.deploy.test_deploy import LINUX, OPT_OUT_LABEL, PRESENT_LABEL, one, render, schedulable
 
