@@ -49,6 +49,9 @@ RESOURCES = {
         Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False, SLICE_FIELDS),
         Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", namespaced=True),
         Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False),
+        # What kubectl kae reads besides: pods and the templates of their claims.
+        Resource("", "v1", "pods", "Pod", namespaced=True),
+        Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
     )
 }
 PLURALS = {r.plural: r for r in RESOURCES.values()}
