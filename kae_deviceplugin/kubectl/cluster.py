@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +33,27 @@ class Cluster:
     pods: list[JsonObject]
     classes: list[JsonObject]
 
-    @property
+    @functools.cached_property
     def pool(self) -> Pool:
         return read_pool(self.slices, self.claims)
+
+    @functools.cached_property
+    def dra_nodes(self) -> frozenset[str]:
+        """Nodes the driver published a pool for (an empty one too)."""
+        return frozenset(str((s.get("spec") or {}).get("nodeName") or "") for s in self.slices)
+
+    @functools.cached_property
+    def _pods_by_node(self) -> dict[str, list[JsonObject]]:
+        found: dict[str, list[JsonObject]] = {}
+        for pod in self.pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and holds_node_resources(pod):
+                found.setdefault(str(node), []).append(pod)
+        return found
+
+    def holding_pods(self, node: str) -> list[JsonObject]:
+        """The pods bound to ``node`` that hold what they asked (not Succeeded or Failed)."""
+        return self._pods_by_node.get(node, [])
 
 
 async def read_cluster(reads: ClusterReads, *, pods: bool = True, classes: bool = False) -> Cluster:

@@ -23,7 +23,6 @@ from kae_deviceplugin.core.engines import RESOURCE_PREFIX
 from kae_deviceplugin.kubectl.cluster import (
     Cluster,
     JsonObject,
-    holds_node_resources,
     name_of,
     node_resources,
     pod_asks,
@@ -65,6 +64,8 @@ def _dra_node(name: str, devices: Iterable[PoolDevice], pool: Pool) -> NodeSumma
 
 
 def _plugin_node(node: JsonObject, pods: Iterable[JsonObject]) -> NodeSummary | None:
+    """``node``'s counts from its capacity and allocatable, and ``pods`` (those holding what
+    they asked on it); None without an ``openfuyao.com/kae.*`` capacity above zero."""
     capacity = node_resources(node, "capacity")
     if not any(capacity.values()):
         return None
@@ -72,9 +73,8 @@ def _plugin_node(node: JsonObject, pods: Iterable[JsonObject]) -> NodeSummary | 
     summary = NodeSummary(name_of(node), DEVICE_PLUGIN)
     asked: dict[str, int] = {}
     for pod in pods:
-        if (pod.get("spec") or {}).get("nodeName") == summary.node and holds_node_resources(pod):
-            for resource, count in pod_asks(pod).items():
-                asked[resource] = asked.get(resource, 0) + count
+        for resource, count in pod_asks(pod).items():
+            asked[resource] = asked.get(resource, 0) + count
     for resource, total in sorted(capacity.items()):
         healthy = allocatable.get(resource, 0)
         allocated = asked.get(resource, 0)
@@ -86,7 +86,7 @@ def _plugin_node(node: JsonObject, pods: Iterable[JsonObject]) -> NodeSummary | 
 
 def node_mode(cluster: Cluster, node: str) -> str | None:
     """``dra``, ``device-plugin`` or None (no KAE devices), as ``nodes`` decides it."""
-    if any(s.get("spec", {}).get("nodeName") == node for s in cluster.slices):
+    if node in cluster.dra_nodes:
         return DRA
     found = next((n for n in cluster.nodes if name_of(n) == node), None)
     if found is not None and any(node_resources(found, "capacity").values()):
@@ -97,9 +97,10 @@ def node_mode(cluster: Cluster, node: str) -> str | None:
 def summarize(cluster: Cluster) -> list[NodeSummary]:
     """One summary per node with KAE devices, by node name."""
     pool = cluster.pool
-    dra_nodes = {str((s.get("spec") or {}).get("nodeName", "")) for s in cluster.slices}
-    summaries = [_dra_node(name, pool.on(name), pool) for name in dra_nodes if name]
+    summaries = [_dra_node(name, pool.on(name), pool) for name in cluster.dra_nodes if name]
     for node in cluster.nodes:
-        if name_of(node) not in dra_nodes and (found := _plugin_node(node, cluster.pods)):
+        if name_of(node) in cluster.dra_nodes:
+            continue
+        if found := _plugin_node(node, cluster.holding_pods(name_of(node))):
             summaries.append(found)
     return sorted(summaries, key=lambda s: s.node)

@@ -95,9 +95,10 @@ class Pool:
 
     devices: tuple[PoolDevice, ...]
     holds: Mapping[tuple[str, str], tuple[Hold, ...]] = field(default_factory=dict)
+    by_node: Mapping[str, tuple[PoolDevice, ...]] = field(default_factory=dict)
 
     def on(self, node: str) -> list[PoolDevice]:
-        return [d for d in self.devices if d.node == node]
+        return list(self.by_node.get(node, ()))
 
     def holds_of(self, device: PoolDevice) -> tuple[Hold, ...]:
         return self.holds.get((device.pool, device.name), ())
@@ -208,5 +209,9 @@ def claim_holds(
 
 
 def read_pool(slices: Iterable[JsonObject], claims: Iterable[JsonObject]) -> Pool:
-    """The driver's pool and the holds on it."""
-    return Pool(tuple(pool_devices(slices)), claim_holds(claims))
+    """The driver's pool and the holds on it, indexed by node (a fleet has thousands)."""
+    devices = tuple(pool_devices(slices))
+    by_node: dict[str, list[PoolDevice]] = defaultdict(list)
+    for device in devices:
+        by_node[device.node].append(device)
+    return Pool(devices, claim_holds(claims), {n: tuple(d) for n, d in by_node.items()})

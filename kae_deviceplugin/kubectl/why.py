@@ -18,7 +18,6 @@ from kae_deviceplugin.core.engines import RESOURCE_PREFIX
 from kae_deviceplugin.kubectl.cel import Selectors
 from kae_deviceplugin.kubectl.cluster import (
     Cluster,
-    holds_node_resources,
     name_of,
     node_resources,
     pod_asks,
@@ -80,11 +79,7 @@ def _limit_lines(
     name = name_of(node)
     allocatable = node_resources(node, "allocatable").get(resource, 0)
     if allocatable > 0:  # the device plugin serves it here (the scheduler's rule)
-        used = sum(
-            pod_asks(p).get(resource, 0)
-            for p in cluster.pods
-            if (p.get("spec") or {}).get("nodeName") == name and holds_node_resources(p)
-        )
+        used = sum(pod_asks(p).get(resource, 0) for p in cluster.holding_pods(name))
         if count <= allocatable - used:
             return []
         free = max(allocatable - used, 0)
