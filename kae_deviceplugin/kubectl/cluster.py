@@ -1,4 +1,9 @@
-"""One read of what the plugin's commands look at, every list at once (concurrently)."""
+"""One read of what the plugin's commands look at, every list at once (concurrently).
+
+Pods are read only for what they are needed for: the counts of device-plugin nodes. A cluster
+with a few such nodes lists the pods of each (``spec.nodeName``, as ``kubectl describe node``
+does) rather than every pod of the cluster; with many, one list of all pods is fewer requests.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from kae_deviceplugin.kubectl.pool import Pool, read_pool
 
 JsonObject = dict[str, Any]
 DONE_PHASES = ("Succeeded", "Failed")
+PER_NODE_LISTS = 20  # device-plugin nodes up to which pods are listed node by node
 
 
 @dataclass(frozen=True)
@@ -57,19 +63,32 @@ class Cluster:
 
 
 async def read_cluster(reads: ClusterReads, *, pods: bool = True, classes: bool = False) -> Cluster:
-    """Everything at once; ``pods`` and ``classes`` False skip those lists."""
+    """Everything at once, then the device-plugin nodes' pods; ``pods`` and ``classes`` False
+    skip those lists."""
 
     async def nothing() -> list[JsonObject]:
         return []
 
-    listed = await asyncio.gather(
+    nodes, slices, claims, device_classes = await asyncio.gather(
         reads.list_all(NODES),
         reads.list_all(RESOURCE_SLICES, {"spec.driver": DRA_DRIVER}),
         reads.list_all(RESOURCE_CLAIMS),
-        reads.list_all(PODS) if pods else nothing(),
         reads.list_all(DEVICE_CLASSES) if classes else nothing(),
     )
-    return Cluster(*listed)
+    cluster = Cluster(nodes, slices, claims, [], device_classes)
+    if not pods:
+        return cluster
+    plugin_nodes = [
+        name_of(n)
+        for n in nodes
+        if name_of(n) not in cluster.dra_nodes and any(node_resources(n, "capacity").values())
+    ]
+    if len(plugin_nodes) > PER_NODE_LISTS:
+        listed = await reads.list_all(PODS)
+    else:
+        per_node = [reads.list_all(PODS, {"spec.nodeName": n}) for n in plugin_nodes]
+        listed = [pod for found in await asyncio.gather(*per_node) for pod in found]
+    return Cluster(nodes, slices, claims, listed, device_classes)
 
 
 def name_of(obj: JsonObject) -> str:

@@ -82,3 +82,12 @@ def test_new_claims_and_pods_change_the_counts(api: HttpApiServer, tmp_path: Pat
     )}  # fmt: skip
     assert found["worker-1"] == _counts(2, 2, 2, 0)
     assert found["worker-3"] == _counts(2, 2, 2, 0)
+
+
+def test_pods_are_listed_only_for_device_plugin_nodes(api: HttpApiServer, tmp_path: Path) -> None:
+    """nodes lists the pods of the one device-plugin node (one request, by spec.nodeName),
+    devices lists no pods at all: a large cluster's every pod is not read for a few counts."""
+    assert kubectl_kae(api, tmp_path, "devices").exit_code == 0
+    assert api.faults.count("list", "pods") == 0
+    assert kubectl_kae(api, tmp_path, "nodes").exit_code == 0
+    assert api.faults.count("list", "pods") == 1
