@@ -82,8 +82,12 @@ def user_config(
     except ApiError:
         raise
     except Exception as err:  # lightkube raises several kinds for a missing or bad config
-        where = path or "no kubeconfig (--kubeconfig, KUBECONFIG, ~/.kube/config) and in a pod"
-        raise ApiError(f"cannot read {where}: {err}") from err
+        if path is None:
+            raise ApiError(
+                "no kubeconfig (--kubeconfig, KUBECONFIG, ~/.kube/config) and no in-cluster "
+                f"service account ({err})"
+            ) from err
+        raise ApiError(f"cannot read {path}: {err}") from err
     if found is None:
         raise ApiError(f"{path}: no current context; name one with --context")
     return found

@@ -107,3 +107,19 @@ def test_why_without_the_cel_library_is_one_line(
     assert line.startswith("kubectl-kae: `why` needs the CEL library cel-python (")
     assert line.endswith("pip install 'kae-deviceplugin[kubectl]'")
     assert kubectl_kae(api, tmp_path, "nodes").exit_code == 0
+
+
+def test_no_credentials_anywhere_is_one_line_saying_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --kubeconfig, no KUBECONFIG, no ~/.kube/config and not in a pod: exit 1, one line."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    result = CliRunner().invoke(cli, ["nodes"])
+    assert result.exit_code == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        "kubectl-kae: no kubeconfig (--kubeconfig, KUBECONFIG, ~/.kube/config) and no in-cluster "
+        "service account ("
+    )
