@@ -39,7 +39,7 @@ async def _from_template(
     except ApiError as err:
         if err.status != NOT_FOUND:
             raise
-        return ClaimAsk(pod_claim, source, {}, problem=f"{source} does not exist")
+        return ClaimAsk(pod_claim, source, {}, problem="does not exist")
     devices = ((found.get("spec") or {}).get("spec") or {}).get("devices") or {}
     return ClaimAsk(pod_claim, source, devices)
 
@@ -56,7 +56,7 @@ async def claim_asks(reads: ClusterReads, pod: JsonObject, cluster: Cluster) -> 
             claim = _claim_named(cluster, namespace, str(claim_name))
             source = f"claim {namespace}/{claim_name}"
             if claim is None:
-                asks.append(ClaimAsk(pod_claim, source, {}, problem=f"{source} does not exist"))
+                asks.append(ClaimAsk(pod_claim, source, {}, problem="does not exist"))
             else:
                 devices = (claim.get("spec") or {}).get("devices") or {}
                 asks.append(ClaimAsk(pod_claim, source, devices, claim))

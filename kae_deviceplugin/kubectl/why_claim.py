@@ -95,7 +95,7 @@ def claim_result(
     if ask.allocated_on:
         on = sorted(ask.allocated_on)
         ok = node in on
-        line = f"{ask.source} is allocated on {', '.join(on)}"
+        line = f"allocated on {', '.join(on)}"
         return ClaimResult(ask, ok, lines=[] if ok else [line + ": the pod can only go there"])
     requests = [request_result(r, devices, context) for r in ask.devices.get("requests") or ()]
     result = ClaimResult(ask, all(r.ok for r in requests), requests)

@@ -195,9 +195,7 @@ def test_selector_errors_and_missing_objects_are_named(api: HttpApiServer, tmp_p
     api.seed(
         "pods", pod("shop", "orphan", claims=[{"name": "k", "resourceClaimTemplateName": "gone"}])
     )
-    assert reasons(why(api, tmp_path, "orphan"))[DRA_1] == [
-        "template shop/gone: template shop/gone does not exist"
-    ]
+    assert reasons(why(api, tmp_path, "orphan"))[DRA_1] == ["template shop/gone: does not exist"]
 
 
 def test_a_running_pod_shows_what_it_holds(api: HttpApiServer, tmp_path: Path) -> None:
@@ -223,7 +221,7 @@ def test_a_pod_whose_claim_is_allocated_elsewhere(api: HttpApiServer, tmp_path: 
     api.seed("pods", pod("team-a", "second", claims=[ref]))
     found = why(api, tmp_path, "second", "team-a")
     assert reasons(found)[DRA_2] == [
-        "claim team-a/c1: claim team-a/c1 is allocated on worker-1: the pod can only go there"
+        "claim team-a/c1: allocated on worker-1: the pod can only go there"
     ]
     assert reasons(found)[DRA_1] == []
 
