@@ -20,19 +20,23 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY kae_deviceplugin ./kae_deviceplugin
-# grpcio and protobuf publish manylinux wheels for aarch64 and x86_64, so nothing compiles here.
+# grpcio and protobuf publish manylinux wheels for aarch64 and x86_64, so nothing compiles here;
+# so do google-re2 and pendulum, which the `kubectl` extra (the CEL library of `kubectl kae why`,
+# about 7 MiB) brings: the image carries the kubectl plugin ready to run.
 # ensurepip seeds the venv with pip and (Python < 3.12) setuptools; neither is needed at run time,
 # so both are removed, and the step fails if any of their files is left. VERSION (the image label)
 # must be the package's own `__version__` when given: the step fails on a mismatch.
 ARG VERSION=""
 RUN python3 -m venv /opt/kae \
     && /opt/kae/bin/pip wheel --no-deps --wheel-dir /wheels . \
-    && /opt/kae/bin/pip install --only-binary=:all: /wheels/kae_deviceplugin-*.whl \
+    && wheel="$(echo /wheels/kae_deviceplugin-*.whl)" \
+    && /opt/kae/bin/pip install --only-binary=:all: "${wheel}[kubectl]" \
     && /opt/kae/bin/pip uninstall --yes setuptools pip \
     && left="$(find /opt/kae/bin /opt/kae/lib/python3*/site-packages -maxdepth 1 \
         \( -name 'pip*' -o -name 'setuptools*' -o -name '_distutils_hack' \
         -o -name 'distutils-precedence.pth' \))" \
     && if [ -n "${left}" ]; then echo "left in the venv: ${left}" >&2; exit 1; fi \
+    && /opt/kae/bin/kubectl-kae --version \
     && built="$(/opt/kae/bin/kae-deviceplugin --version)" \
     && echo "${built}" \
     && if [ -n "${VERSION}" ] && [ "${built##* }" != "${VERSION}" ]; then \

@@ -10,7 +10,8 @@
 #      scripts/build-image.sh --arch arm64 only when its inputs changed (an OCI archive cached
 #      outside the repository, keyed by a digest of them; the debootstrapped base is cached too);
 #   3. runs inside it, as the image's own non-root user: `uname -m` (must say aarch64),
-#      `kae-deviceplugin --version` (must name the package's __version__), `list` on the bundled
+#      `kae-deviceplugin --version` (must name the package's __version__), the same of
+#      `kubectl-kae` and an import of its CEL library (the `kubectl` extra), `list` on the bundled
 #      tree sysfs_fixtures/kunpeng920-2p (every device of the tree, all healthy) and `demo`.
 #
 # Any failure ends the run with exit 1 and one line starting "check-arm64-image: FAILED:".
@@ -150,6 +151,12 @@ inside "uname -m" uname -m
 inside "kae-deviceplugin --version" kae-deviceplugin --version
 [[ "${out}" == "kae-deviceplugin, version ${version}" ]] \
     || fail "--version inside says '${out}', not version ${version}"
+
+inside "kubectl-kae --version" kubectl-kae --version
+[[ "${out}" == "kubectl-kae, version ${version}" ]] \
+    || fail "kubectl-kae --version inside says '${out}', not version ${version}"
+# The kubectl extra's CEL library, with its compiled parts (google-re2, pendulum) for aarch64.
+inside "the CEL library of kubectl kae why" python3 -c "import celpy, re2, pendulum"
 
 inside "kae-deviceplugin list" kae-deviceplugin list --sysfs-root /fixture/sys --dev-root /fixture/dev
 printf '%s\n' "${out}" >&2

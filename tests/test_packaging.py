@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import configparser
 import email.parser
 import tomllib
 import zipfile
@@ -59,3 +60,30 @@ def test_one_version_for_the_package_the_chart_and_the_image() -> None:
     assert chart["appVersion"] == __version__
     build = (ROOT / "scripts/build-image.sh").read_text()
     assert "kae_deviceplugin/__init__.py" in build and "__version__" in build
+
+
+def test_the_wheel_installs_the_kubectl_plugin_and_its_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip installs what the wheel's metadata lists: the kubectl-kae console script (so
+    `kubectl kae` works once the environment's bin is on PATH) and the `kubectl` extra that
+    brings the CEL library `why` needs."""
+    buildapi = pytest.importorskip("flit_core.buildapi")
+    monkeypatch.chdir(ROOT)
+    wheel = zipfile.ZipFile(tmp_path / buildapi.build_wheel(str(tmp_path)))
+    dist_info = next(n.split("/")[0] for n in wheel.namelist() if ".dist-info/" in n)
+    entry_points = configparser.ConfigParser()
+    entry_points.read_string(wheel.read(f"{dist_info}/entry_points.txt").decode())
+    assert entry_points["console_scripts"]["kubectl-kae"] == "kae_deviceplugin.kubectl.main:main"
+    metadata = email.parser.Parser().parsestr(wheel.read(f"{dist_info}/METADATA").decode())
+    assert "kubectl" in (metadata.get_all("Provides-Extra") or [])
+    requires = metadata.get_all("Requires-Dist") or []
+    assert any(r.startswith("cel-python") and 'extra == "kubectl"' in r for r in requires)
+    assert "kae_deviceplugin/kubectl/main.py" in wheel.namelist()
+
+
+def test_the_image_installs_the_kubectl_extra() -> None:
+    """The Dockerfile installs the wheel with the `kubectl` extra, and checks the script runs."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "[kubectl]" in dockerfile
+    assert "kubectl-kae --version" in dockerfile

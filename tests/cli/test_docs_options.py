@@ -12,6 +12,7 @@ import click
 from kae_deviceplugin.cli.main import main
 from kae_deviceplugin.config.chart_rules import misplaced
 from kae_deviceplugin.config.schema import OPTIONS
+from kae_deviceplugin.kubectl.main import cli as kubectl_kae
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "kae-device-plugin"
@@ -57,14 +58,15 @@ TICKED_VALUE = re.compile(r"`([a-z][A-Za-z0-9]*(?:\.[A-Za-z][A-Za-z0-9]*)+)(?:=[
 
 
 def our_options() -> set[str]:
-    """Every long option of every kae-deviceplugin command."""
-    ctx = click.Context(main)
+    """Every long option of every kae-deviceplugin command, and of the kubectl-kae plugin's."""
     options = {"--version", "--help"}
-    for name in main.list_commands(ctx):
-        command = main.get_command(ctx, name)
-        assert command is not None
-        for param in command.params:
-            options.update(o for o in param.opts if o.startswith("--"))
+    for group in (main, kubectl_kae):
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            assert command is not None
+            for param in command.params:
+                options.update(o for o in param.opts if o.startswith("--"))
     return options
 
 

@@ -695,6 +695,8 @@ FREE_FORM = {
     "metrics.service.annotations",
     "metrics.serviceMonitor.labels",
     "serviceAccount.annotations",
+    "dashboard.labels",
+    "dashboard.annotations",
 }
 
 

@@ -120,6 +120,7 @@ def test_the_endpoint_does_not_wake_at_rest() -> None:
         assert serving.native_id is not None
         native_id = serving.native_id
         assert wait_until(lambda: voluntary_switches(native_id) > 0)
+
         # Settled: the start-up's last wakes are over once 0.1 s passes without one (on a busy
         # machine the thread reaches its idle wait late; measuring from then is what counts).
         def settled() -> bool:

@@ -42,6 +42,7 @@ class Resource:
 
 # The field labels the real server accepts for a ResourceSlice (others are a 400).
 SLICE_FIELDS = frozenset({"metadata.name", "spec.nodeName", "spec.driver", "spec.pool.name"})
+POD_FIELDS = frozenset({"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"})
 RESOURCES = {
     (r.group, r.version, r.plural): r
     for r in (
@@ -49,6 +50,9 @@ RESOURCES = {
         Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False, SLICE_FIELDS),
         Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", namespaced=True),
         Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False),
+        # What kubectl kae reads besides: pods and the templates of their claims.
+        Resource("", "v1", "pods", "Pod", True, POD_FIELDS),
+        Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
     )
 }
 PLURALS = {r.plural: r for r in RESOURCES.values()}

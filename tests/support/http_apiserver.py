@@ -5,9 +5,10 @@ test (or a daemon in a subprocess, through lightkube) talks to it as to the real
 resourceclaims GET (namespaced), resourceslices LIST / WATCH / GET / POST / PUT / DELETE, with
 Status objects for errors. The objects and watches are ``store`` (apiserver_store), refusals,
 dropped fields and the request log are ``faults`` (apiserver_faults); both may be used from the
-test thread at any time. The connection-level faults are here: ``away`` (the listening socket
-closed and every connection reset, until ``back`` listens on the same port again) and
-``freeze`` (requests are read but not answered for a while).
+test thread at any time. Pods and resourceclaimtemplates are served too (the kubectl plugin reads
+them), listed across namespaces as the real server lists them. The connection-level faults are
+here: ``away`` (the listening socket closed and every connection reset, until ``back`` listens
+on the same port again) and ``freeze`` (requests are read but not answered for a while).
 """
 
 from __future__ import annotations
