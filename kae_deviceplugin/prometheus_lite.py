@@ -84,7 +84,11 @@ from prometheus_client.metrics import (  # noqa: E402
     Info,
     disable_created_metrics,
 )
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric  # noqa: E402
+from prometheus_client.metrics_core import (  # noqa: E402
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
 from prometheus_client.platform_collector import PlatformCollector  # noqa: E402
 from prometheus_client.process_collector import ProcessCollector  # noqa: E402
 from prometheus_client.registry import Collector, CollectorRegistry  # noqa: E402
@@ -108,6 +112,7 @@ __all__ = [
     "Collector",
     "CollectorRegistry",
     "Counter",
+    "CounterMetricFamily",
     "Gauge",
     "GaugeMetricFamily",
     "Histogram",

@@ -42,6 +42,7 @@ class FrontEnd(Protocol):
     def root_tasks(self) -> list[Coroutine[Any, Any, None]]: ...
     def not_ready(self) -> list[str]: ...
     def shared_queues(self) -> Mapping[str, QueueShare] | None: ...
+    def api_requests(self) -> Mapping[str, int] | None: ...
     async def shutdown(self) -> None: ...
 
 
@@ -125,6 +126,10 @@ class Daemon(Generic[F]):
     def shared_queues(self) -> Mapping[str, QueueShare] | None:
         """Shared devices' queues by PCI address (DRA), None where nothing is shared."""
         return self.front.shared_queues()
+
+    def api_requests(self) -> Mapping[str, int] | None:
+        """API server requests sent, by verb (DRA); None where there is no API client."""
+        return self.front.api_requests()
 
     def ready(self) -> bool:
         return not self.not_ready()

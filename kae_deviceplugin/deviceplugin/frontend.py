@@ -106,6 +106,10 @@ class DevicePluginFrontEnd:
         """Devices are never shared by queues in this mode: no queue metrics."""
         return None
 
+    def api_requests(self) -> None:
+        """No API client in this mode: no request metrics."""
+        return None
+
     async def reconcile(self, inventory: Inventory, settings: Settings) -> None:
         """Bring servers and their published views in line with the inventory and settings."""
         async with self.server_set.lock:  # never interleave with a restart

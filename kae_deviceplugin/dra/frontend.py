@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 
+from kae_deviceplugin.apiserver.paced import PacedApi
 from kae_deviceplugin.apiserver.seam import RESOURCE_CLAIMS, ApiServer, JsonObject
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container import safe_fs
@@ -188,6 +189,10 @@ class DraFrontEnd:
             for d in self.inventory
             if d.engine in shared and (total := self.queue_totals.get(d.pci_address)) is not None
         }
+
+    def api_requests(self) -> Mapping[str, int] | None:
+        """Requests sent to the API server by verb, where the client counts them (PacedApi)."""
+        return dict(self.api.requests) if isinstance(self.api, PacedApi) else None
 
     def prepare(self) -> None:
         """Create the plugin, registry and CDI directories, or refuse in one line (before any

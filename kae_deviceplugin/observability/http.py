@@ -116,6 +116,7 @@ class Observed(Protocol):
     def alive(self) -> bool: ...
     def not_ready(self) -> list[str]: ...
     def shared_queues(self) -> Mapping[str, QueueShare] | None: ...
+    def api_requests(self) -> Mapping[str, int] | None: ...
 
 
 def _probe(calls: LoopCalls, check: Callable[[], bool], ok: str, failed: str) -> Route:
@@ -158,6 +159,7 @@ def daemon_routes(
             holder.current,
             daemon.shared_queues(),
             daemon.expected_registrations,
+            daemon.api_requests(),
         )
 
     async def held() -> tuple[Allocations | None, str | None]:

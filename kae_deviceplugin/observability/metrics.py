@@ -24,7 +24,12 @@ from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.discovery.scan import read_available_instances
 from kae_deviceplugin.kubelet.podresources import Allocations
-from kae_deviceplugin.prometheus_lite import GaugeMetricFamily, Metric, choose_encoder
+from kae_deviceplugin.prometheus_lite import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    choose_encoder,
+)
 
 DEVICE_LABELS = ("engine", "device", "pci_address")
 HOLDER_LABELS = ("namespace", "pod", "container")
@@ -43,6 +48,7 @@ class Snapshot:
     # What the kubelet must have registered (the DRA driver's name in DRA mode); None: the
     # served resources, the views' names, as in device-plugin mode.
     expected: frozenset[str] | None = None
+    api_requests: Mapping[str, int] | None = None  # DRA: requests sent, by verb
 
 
 def _ids(device: UacceDevice) -> list[str]:
@@ -206,7 +212,25 @@ def device_families(snapshot: Snapshot) -> list[Metric]:
         families.append(allocated_family(snapshot.views, snapshot.allocations))
     if snapshot.shared_queues is not None:  # DRA only: device-plugin scrapes are unchanged
         families += shared_queue_families(snapshot.inventory, snapshot.shared_queues)
+    if snapshot.api_requests is not None:  # DRA only
+        families.append(api_request_family(snapshot.api_requests))
     return families
+
+
+API_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+
+
+def api_request_family(requests: Mapping[str, int]) -> Metric:
+    """Requests the driver sent the API server, by verb: each verb from 0, so a rate is never
+    absent; writes (create, update, patch, delete) are what a node costs the API server."""
+    family = CounterMetricFamily(
+        "kae_apiserver_requests",
+        "Requests this driver sent the API server (slices, claims, its Node), by verb.",
+        labels=["verb"],
+    )
+    for verb in sorted({*API_VERBS, *requests}):
+        family.add_metric([verb], requests.get(verb, 0))
+    return family
 
 
 class SnapshotCollector:

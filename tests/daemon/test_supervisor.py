@@ -146,6 +146,9 @@ class RecordingFrontEnd:
     def shared_queues(self) -> None:
         return None
 
+    def api_requests(self) -> None:
+        return None
+
     async def reconcile(self, inventory: Inventory, settings: Settings) -> None:
         self.reconciled.append(inventory)
 

@@ -34,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2 as reg_pb
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from kae_deviceplugin.apiserver.paced import PacedApi
 from kae_deviceplugin.apiserver.seam import NODES
 from kae_deviceplugin.cli.demo import demo_settings
 from kae_deviceplugin.container.node_files import ContainerFiles
@@ -111,7 +112,7 @@ def dra_daemon() -> Iterator[DraNode]:
         api = FakeApiServer()
         asyncio.run(api.create(NODES, {"metadata": {"name": NODE}}))
         files = ContainerFiles()
-        front = DraFrontEnd(settings, api, NODE, files)
+        front = DraFrontEnd(settings, PacedApi(api), NODE, files)
         heartbeats = Heartbeats()
         scan = scan_loop_for(
             settings,
@@ -228,3 +229,25 @@ def test_allocations_in_dra_mode_is_an_empty_list_that_points_to_the_claims() ->
     assert status == 200, body
     answer = json.loads(body)
     assert answer["allocations"] == [] and "list --mode dra" in answer["note"]
+
+
+def test_the_api_requests_are_counted_by_verb_from_zero() -> None:
+    """kae_apiserver_requests_total: every verb has a series from the start (a rate is never
+    absent); once the pool is published, its list, watch and create are counted."""
+    with dra_daemon() as node:
+
+        def requests() -> dict[str, float]:
+            status, body = node.get("/metrics")
+            assert status == 200, body
+            return {
+                sample.labels["verb"]: sample.value
+                for family in text_string_to_metric_families(body)
+                if family.name == "kae_apiserver_requests"
+                for sample in family.samples
+                if sample.name == "kae_apiserver_requests_total"
+            }
+
+        assert wait_for(lambda: requests().get("create", 0) >= 1), requests()
+        counted = requests()
+    assert set(counted) >= {"get", "list", "watch", "create", "update", "patch", "delete"}
+    assert counted["list"] >= 1 and counted["watch"] >= 1 and counted["get"] >= 1

@@ -82,6 +82,9 @@ class FakeDaemon:
     def shared_queues(self) -> None:
         return None
 
+    def api_requests(self) -> None:
+        return None
+
 
 @contextmanager
 def serving(daemon: FakeDaemon) -> Iterator[tuple[str, asyncio.AbstractEventLoop]]:
