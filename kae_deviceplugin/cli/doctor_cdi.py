@@ -15,12 +15,7 @@ from pathlib import Path
 from kae_deviceplugin.apiserver.seam import NODES, JsonObject
 from kae_deviceplugin.cli.checks import Row, Status
 from kae_deviceplugin.cli.doctor_slices import API_TIMEOUT, Connect, real_connect
-from kae_deviceplugin.dra.cdi_runtime import (
-    CONTAINERD_CONFIG,
-    ISULAD_CONFIG,
-    cdi_support,
-    read_config,
-)
+from kae_deviceplugin.dra.cdi_runtime import CONTAINERD_CONFIG, ISULAD_CONFIG, runtime_of
 from kae_deviceplugin.errors import ApiError
 
 CHECK = "runtime cdi"
@@ -50,18 +45,8 @@ def check_runtime_cdi(
     except (ApiError, TimeoutError) as err:
         detail = f"cannot read node {node} from the API server: {err or 'no answer'}"
         return [Row(CHECK, Status.SKIP, detail)]
-    version = str(found.get("status", {}).get("nodeInfo", {}).get("containerRuntimeVersion", ""))
     containerd, isulad = runtime_config or CONTAINERD_CONFIG, runtime_config or ISULAD_CONFIG
-    try:
-        support = cdi_support(
-            version,
-            containerd_config=read_config(containerd),
-            isulad_config=read_config(isulad),
-            containerd_path=containerd,
-            isulad_path=isulad,
-        )
-    except OSError as err:
-        return [Row(CHECK, Status.SKIP, f"cannot read the runtime's config: {err}")]
+    support = runtime_of(found, containerd, isulad)  # as the driver reads it
     if support.applies is None:
         detail = f"{support.runtime}: cannot tell whether it applies CDI devices"
         return [Row(CHECK, Status.SKIP, detail)]

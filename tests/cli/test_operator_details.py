@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -77,33 +79,40 @@ def first_log_line(process: subprocess.Popen[str], needle: str) -> str:
     raise AssertionError(f"no log line with {needle!r}")
 
 
+def start_up_line(workdir: Path, registration: str) -> str:
+    """serve's start-up log line on the fixture tree, with metrics and NFD turned off by empty
+    variables; the process is stopped again."""
+    env = {
+        **os.environ,
+        "KAE_DP_SYSFS_ROOT": str(FIXTURES / "kunpeng920-2p" / "sys"),
+        "KAE_DP_DEV_ROOT": str(FIXTURES / "kunpeng920-2p" / "dev"),
+        "KAE_DP_KUBELET_ROOT": str(workdir / "kubelet"),
+        "KAE_DP_STATE_DIR": str(workdir / "state"),
+        "KAE_DP_REGISTRATION": registration,
+        "KAE_DP_METRICS_ADDRESS": "",
+        "KAE_DP_NFD_FEATURES_FILE": "",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kae_deviceplugin", "serve"],
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        cwd=FIXTURES.parent,
+    )
+    try:
+        return first_log_line(process, "starting")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=DEADLINE)  # reaps it and closes its pipe
+
+
 def test_plugin_watcher_start_up_names_the_plugins_registry_directory() -> None:
     """In plugin-watcher mode the sockets go to plugins_registry, and the start-up line says so."""
     with short_tmpdir() as workdir:
         (workdir / "kubelet" / "plugins_registry").mkdir(parents=True)
         (workdir / "kubelet" / "device-plugins").mkdir()
-        env = {
-            **os.environ,
-            "KAE_DP_SYSFS_ROOT": str(FIXTURES / "kunpeng920-2p" / "sys"),
-            "KAE_DP_DEV_ROOT": str(FIXTURES / "kunpeng920-2p" / "dev"),
-            "KAE_DP_KUBELET_ROOT": str(workdir / "kubelet"),
-            "KAE_DP_STATE_DIR": str(workdir / "state"),
-            "KAE_DP_REGISTRATION": "plugin-watcher",
-            "KAE_DP_METRICS_ADDRESS": "",
-            "KAE_DP_NFD_FEATURES_FILE": "",
-        }
-        process = subprocess.Popen(
-            [sys.executable, "-m", "kae_deviceplugin", "serve"],
-            env=env,
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            line = first_log_line(process, "starting")
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.communicate(timeout=DEADLINE)  # reaps it and closes its pipe
+        line = start_up_line(workdir, "plugin-watcher")
         assert f"plugin sockets in {workdir / 'kubelet' / 'plugins_registry'}" in line
         assert "registration: plugin watcher" in line
         assert "device-plugins" not in line
@@ -112,36 +121,10 @@ def test_plugin_watcher_start_up_names_the_plugins_registry_directory() -> None:
 def test_an_empty_metrics_variable_turns_the_endpoint_off_even_with_its_port_taken() -> None:
     """KAE_DP_METRICS_ADDRESS="" (which click alone would take for unset) turns the endpoint
     off: with the default port held by another socket, serve still starts."""
-    import contextlib
-    import socket as sockets
-
-    with short_tmpdir() as workdir, contextlib.ExitStack() as stack:
-        holder = stack.enter_context(sockets.socket())
-        holder.setsockopt(sockets.SOL_SOCKET, sockets.SO_REUSEADDR, 1)
+    with short_tmpdir() as workdir, socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         with contextlib.suppress(OSError):  # already taken by someone else: as good
             holder.bind(("", 9410))
             holder.listen()
         (workdir / "kubelet" / "device-plugins").mkdir(parents=True)
-        env = {
-            **os.environ,
-            "KAE_DP_SYSFS_ROOT": str(FIXTURES / "kunpeng920-2p" / "sys"),
-            "KAE_DP_DEV_ROOT": str(FIXTURES / "kunpeng920-2p" / "dev"),
-            "KAE_DP_KUBELET_ROOT": str(workdir / "kubelet"),
-            "KAE_DP_STATE_DIR": str(workdir / "state"),
-            "KAE_DP_REGISTRATION": "kubelet-socket",
-            "KAE_DP_METRICS_ADDRESS": "",
-            "KAE_DP_NFD_FEATURES_FILE": "",
-        }
-        process = subprocess.Popen(
-            [sys.executable, "-m", "kae_deviceplugin", "serve"],
-            env=env,
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-            cwd=FIXTURES.parent,
-        )
-        try:
-            assert "starting" in first_log_line(process, "starting")
-        finally:
-            process.terminate()
-            process.communicate(timeout=DEADLINE)
+        assert "starting" in start_up_line(workdir, "kubelet-socket")

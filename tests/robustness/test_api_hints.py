@@ -6,7 +6,6 @@ in its row, ``serve`` in its log and ``/readyz``, whichever part of the driver m
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -33,12 +32,6 @@ from tests.support.http_apiserver import HttpApiServer
 FIXTURES = Path(__file__).resolve().parents[2] / "sysfs_fixtures"
 TREE = FIXTURES / "kunpeng920-2p"
 DEADLINE = 10.0
-
-
-@pytest.fixture
-def api() -> Iterator[HttpApiServer]:
-    with HttpApiServer() as server:
-        yield server
 
 
 def doctor_row(api: HttpApiServer, tmp_path: Path) -> tuple[str, tuple[str, ...]]:

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-
-import pytest
 
 from kae_deviceplugin.testing.dra_claims import Result, claim_object
 from kae_deviceplugin.testing.dra_kubelet import Claim
@@ -38,18 +35,6 @@ ALL_DEVICES = {
     "hpre-0000-79-00-0", "hpre-0000-b9-00-0", "sec-0000-76-00-0",
     "sec-0000-b6-00-0", "zip-0000-75-00-0", "zip-0000-b5-00-0",
 }  # fmt: skip
-
-
-@pytest.fixture
-def api() -> Iterator[HttpApiServer]:
-    with HttpApiServer() as server:
-        yield server
-
-
-@pytest.fixture
-def node() -> Iterator[DraNode]:
-    with dra_node() as built:
-        yield built
 
 
 def published(api: HttpApiServer, devices: set[str] = ALL_DEVICES) -> bool:

@@ -6,28 +6,13 @@ out, writing a taint once it answers again."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from kae_deviceplugin.testing.sysfs_trees import large_tree
 from tests.support.dra_process import NODE, DraNode, device_names, dra_node, dra_process
 from tests.support.http_apiserver import HttpApiServer
 
 DEADLINE = 10.0
-
-
-@pytest.fixture
-def api() -> Iterator[HttpApiServer]:
-    with HttpApiServer() as server:
-        yield server
-
-
-@pytest.fixture
-def node() -> Iterator[DraNode]:
-    with dra_node() as built:
-        yield built
 
 
 def _pool_written(api: HttpApiServer, count: int = 6) -> bool:
