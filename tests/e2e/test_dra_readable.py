@@ -169,8 +169,8 @@ def test_why_explains_what_the_scheduler_refuses(
         request("rsa", "hpre", f'{PCI} == "{tree.pci_address(hpres[0])}"'),
         request("cipher", "sec", f'{PCI} == "{tree.pci_address(sec_far)}"'),
     ]
-    numa = [{"matchAttribute": "resource.kubernetes.io/numaNode"}]
-    cluster.apply(template("kae-read-numa", pair, numa))
+    same_numa = [{"matchAttribute": "resource.kubernetes.io/numaNode"}]
+    cluster.apply(template("kae-read-numa", pair, same_numa))
     cluster.apply(template("kae-read-tainted", [
         request("hpre", "hpre", f'{PCI} == "{tree.pci_address(hpres[1])}"')]))  # fmt: skip
     tree.attr(hpres[1], "isolate").write_text("1\n")
