@@ -146,6 +146,11 @@ class Cluster:
                 f"node has capacity={cap} allocatable={alloc}"
             ) from None
 
+    @property
+    def state(self) -> Path:
+        """scripts/cluster/up's state directory (it holds the kubelet's root dir)."""
+        return self.kubelet_root.parent
+
     def restart_kubelet(self) -> None:
         """Restart the kubelet with its own command line (scripts/cluster/restart-kubelet)."""
         subprocess.run([str(CLUSTER_SCRIPTS / "restart-kubelet")], check=True, timeout=60)
