@@ -29,8 +29,17 @@ NFD_NAMESPACE=node-feature-discovery
 
 # The cgroup v1 parent of every pod cgroup (kubelet cgroupRoot), one per mounted hierarchy.
 CGROUP_PARENT=kae-e2e
-# The CNI bridge the cluster's network config names (created only when a pod-network pod runs).
+# The pod network: CNI's bridge (made by up, so that its settings can be set before any pod
+# runs), its subnet and the host's address on it, the pods' gateway.
 CNI_BRIDGE=kae-e2e0
+POD_SUBNET=10.213.0.0/24
+POD_GATEWAY=10.213.0.1
+# The Service range, and the address of its `kubernetes` Service (the first one), where pods
+# reach the API server (the serving certificate lists it).
+SERVICE_RANGE=10.213.128.0/24
+API_SERVICE_IP=10.213.128.1
+# The nat chain that stands in for kube-proxy's one rule for that Service.
+API_NAT_CHAIN=KAE-E2E-APISERVER
 
 IMAGE=kae-e2e.local/busybox:1
 PAUSE_IMAGE=kae-e2e.local/pause:1

@@ -146,6 +146,31 @@ class Cluster:
                 f"node has capacity={cap} allocatable={alloc}"
             ) from None
 
+    @property
+    def state(self) -> Path:
+        """scripts/cluster/up's state directory (it holds the kubelet's root dir)."""
+        return self.kubelet_root.parent
+
+    def component_pid(self, name: str) -> int:
+        """The PID scripts/cluster/up recorded for one of its components (kube-apiserver, ...)."""
+        return int((self.state / "pids" / f"{name}.pid").read_text())
+
+    def crictl(self, *args: str) -> str:
+        """Run crictl against the cluster's containerd; its stdout."""
+        sock = self.state / "containerd" / "containerd.sock"
+        return subprocess.run(
+            [str(self.bin / "crictl"), "--runtime-endpoint", f"unix://{sock}", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+
+    def node_ready(self) -> bool:
+        """The node's Ready condition is True."""
+        conditions = self.get("node", self.node)["status"].get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
     def restart_kubelet(self) -> None:
         """Restart the kubelet with its own command line (scripts/cluster/restart-kubelet)."""
         subprocess.run([str(CLUSTER_SCRIPTS / "restart-kubelet")], check=True, timeout=60)

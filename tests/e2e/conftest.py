@@ -126,7 +126,9 @@ def pytest_runtest_makereport(
     tmp = item.funcargs.get("tmp_path") if hasattr(item, "funcargs") else None
     sections = []
     if isinstance(tmp, Path):
-        for log in sorted(tmp.glob("plugin-*/plugin.log")):
+        # Daemons log to plugin.log in their work dir: plugin-<n>/ (plugin_factory), the test's
+        # tmp_path itself or a dir of the test's choosing (running_dra_plugin).
+        for log in sorted(tmp.rglob("plugin.log")):
             sections.append((f"plugin log {log.parent.name}", tail(log)))
     deployment = item.funcargs.get("deployment") if hasattr(item, "funcargs") else None
     release = getattr(deployment, "release", None)

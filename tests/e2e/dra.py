@@ -3,12 +3,15 @@ daemon in DRA mode as a host process (with the plain DeviceClasses applied)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
-from tests.e2e.cluster import ENGINES, REPO, Cluster, FixtureTree, Plugin, make_plugin
+from tests.e2e.cluster import ENGINES, REPO, Cluster, FixtureTree, Plugin, make_plugin, wait_until
 from tests.e2e.pods import manifest
 
 DRIVER = "kae.openfuyao.com"
@@ -23,6 +26,12 @@ def slices(cluster: Cluster) -> list[dict[str, Any]]:
     )
     items: list[dict[str, Any]] = found["items"]
     return items
+
+
+def driver_slices_anywhere(cluster: Cluster) -> list[str]:
+    """Names of the driver's slices on any node."""
+    found = cluster.get("resourceslices", f"--field-selector=spec.driver={DRIVER}")
+    return [s["metadata"]["name"] for s in found["items"]]
 
 
 def slice_devices(cluster: Cluster) -> dict[str, dict[str, Any]]:
@@ -155,3 +164,98 @@ def health_of(cluster: Cluster, pod: str, device: str) -> str | None:
     the claim's CDI device ID, ``openfuyao.com/kae=<claim uid>-<device>``: it ends in the name."""
     found = [h for rid, h in resource_health(cluster, pod).items() if rid.endswith(device)]
     return found[0] if found else None
+
+
+def driver_dir(cluster: Cluster) -> Path:
+    """The driver's directory under the kubelet's: service sockets, checkpoint and locks."""
+    return cluster.kubelet_root / "plugins" / DRIVER
+
+
+def checkpoint_claims(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """The claims the driver's checkpoint file records, by UID (none without a file). Every
+    instance on the node shares this file; it is replaced by a rename, so a read sees a whole
+    version."""
+    path = driver_dir(cluster) / "checkpoint.json"
+    if not path.exists():
+        return {}
+    claims: dict[str, dict[str, Any]] = json.loads(path.read_text())["claims"]
+    return claims
+
+
+def claim_uid(cluster: Cluster, pod: str) -> str:
+    """The UID of the pod's claim ``kae``."""
+    uid: str = pod_claim(cluster, pod)["metadata"]["uid"]
+    return uid
+
+
+class SliceWatch:
+    """Every change the API server makes to this node's slices while the context is open, as
+    `kubectl get --watch` reports them: each write is one event, however briefly it stood, which
+    polling could miss. The watch starts with the slices as they are (one ADDED each)."""
+
+    def __init__(self, cluster: Cluster, path: Path) -> None:
+        self.cluster = cluster
+        self.path = path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.initial = 0
+
+    def __enter__(self) -> SliceWatch:
+        self.initial = len(slices(self.cluster))
+        with self.path.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [str(self.cluster.bin / "kubectl"), "--kubeconfig", self.cluster.kubeconfig,
+                 "get", "resourceslices",
+                 f"--field-selector=spec.driver={DRIVER},spec.nodeName={self.cluster.node}",
+                 "--watch", "--output-watch-events", "-o", "json"],
+                stdout=out, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        wait_until("the slice watch started", lambda: len(self.events()) >= self.initial)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+    def events(self) -> list[dict[str, Any]]:
+        """The watch events so far (a last one still being written is left out)."""
+        text = self.path.read_text() if self.path.exists() else ""
+        decoder = json.JSONDecoder()
+        found: list[dict[str, Any]] = []
+        at = 0
+        while True:
+            while at < len(text) and text[at].isspace():
+                at += 1
+            if at == len(text):
+                return found
+            try:
+                event, at = decoder.raw_decode(text, at)
+            except json.JSONDecodeError:
+                return found
+            found.append(event)
+
+    def writes(self) -> list[dict[str, Any]]:
+        """The events after the initial listing: every create, update and delete of a slice."""
+        return self.events()[self.initial :]
+
+
+def assert_release_left_nothing(cluster: Cluster, release: str) -> None:
+    """What `helm uninstall` of a DRA release must leave, with its workloads gone first: no
+    slice of the driver (the kubelet deletes them once the driver is gone), no registration or
+    service socket, no claim CDI spec, no claim in the checkpoint, and no DeviceClass,
+    ClusterRole or admission policy of the release."""
+    wait_until("no slice left", lambda: not driver_slices_anywhere(cluster), 90)
+    registry = cluster.kubelet_root / "plugins_registry"
+    assert not list(registry.glob(f"{DRIVER}*")), list(registry.iterdir())
+    assert not list(driver_dir(cluster).glob("*.sock")), list(driver_dir(cluster).iterdir())
+    assert cdi_specs(cluster.state / "cdi") == []
+    assert checkpoint_claims(cluster) == {}
+    for kind in ("deviceclasses", "clusterroles", "clusterrolebindings",
+                 "validatingadmissionpolicies", "validatingadmissionpolicybindings"):  # fmt: skip
+        found = cluster.get(kind, "-l", f"app.kubernetes.io/instance={release}")["items"]
+        assert [item["metadata"]["name"] for item in found] == [], kind
