@@ -40,6 +40,8 @@ from tests.e2e.helm import Release, chart_values
 from tests.e2e.pods import manifest, read_report, wait_running
 from tests.e2e.test_helm import helm_binary, plugin_image
 
+pytestmark = pytest.mark.needs("dra", "cdi")
+
 __all__ = ["helm_binary", "plugin_image"]  # module fixtures shared with test_helm.py
 
 TREE = "kunpeng920-2p"
@@ -110,6 +112,7 @@ def test_install_publishes_the_pool_with_rbac_and_device_classes(
     assert ours(cluster, "clusterroles") and ours(cluster, "clusterrolebindings")
 
 
+@pytest.mark.needs("dra-extended-resource")
 @pytest.mark.timeout(600)
 def test_a_claim_and_a_plain_limit_are_both_served_by_dra(
     cluster: Cluster, release: tuple[Release, FixtureTree]
