@@ -192,7 +192,8 @@ def test_a_runtime_that_applies_cdi_gets_the_pool_and_the_claim_runs_with_its_de
     holds the tree's six devices, and the claim's pod runs seeing exactly its one ZIP through
     the CDI spec the runtime applied."""
     with running_dra_plugin(cluster, tree, tmp_path) as (plugin, cdi_dir):
-        assert plugin.readyz() == (200, "ready")
+        status, body = plugin.readyz()
+        assert (status, body.strip()) == (200, "ready"), body
         [published] = wait_until("the node's slice", lambda: slices(cluster) or None)
         assert len(published["spec"]["devices"]) == 6, published
         cluster.apply(ONE_ZIP)
