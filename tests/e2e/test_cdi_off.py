@@ -34,7 +34,7 @@ from tests.e2e.dra import (
     slices,
     template,
 )
-from tests.e2e.pods import assert_sees_only_its_devices, iter_events, read_report, wait_running
+from tests.e2e.pods import iter_events, read_report, wait_running
 
 TREE = "kunpeng920-2p"
 ONE_ZIP = template("kae-one-zip", [request("zip", "zip")])
@@ -200,8 +200,11 @@ def test_a_runtime_that_applies_cdi_gets_the_pool_and_the_claim_runs_with_its_de
         try:
             cluster.apply(claim_pod(cluster, "kae-cdi-on", "kae-one-zip"))
             wait_running(cluster, "kae-cdi-on", timeout=120)
-            names = assert_sees_only_its_devices(read_report(cluster, "kae-cdi-on"), tree)
-            assert len(names) == 1 and next(iter(names)).startswith("hisi_zip"), names
+            report = read_report(cluster, "kae-cdi-on")
+            [name] = report.dev
+            assert name.startswith("hisi_zip") and report.env["KAE_ZIP_DEVICES"] == name, report
+            assert set(report.readable) == {name}, report
+            assert report.dangling == set(tree.names()) - {name}, report
             assert cdi_specs(cdi_dir), "no claim CDI spec"
         finally:
             cluster.delete_pod("kae-cdi-on")

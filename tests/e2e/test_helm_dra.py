@@ -137,6 +137,19 @@ def test_a_claim_and_a_plain_limit_are_both_served_by_dra(
     assert dra_name(tree, name) != held  # two claims, two devices
 
 
+def _kubeconfig_as_driver(cluster: Cluster, claimed_node: str) -> str:
+    """A kubeconfig of the admin impersonating the driver's service account on `claimed_node`
+    (its user's ``as`` and ``as-user-extra``, which every kubectl reads; the
+    ``--as-user-extra`` flag is newer than kubectl 1.34)."""
+    config: dict[str, Any] = json.loads(cluster.kubectl("config", "view", "--raw", "-o", "json"))
+    for entry in config["users"]:
+        entry["user"]["as"] = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-kae-device-plugin"
+        entry["user"]["as-user-extra"] = {"authentication.kubernetes.io/node-name": [claimed_node]}
+    path = Path(cluster.kubeconfig).with_name(f"kae-vap-probe-{claimed_node}.kubeconfig")
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
 def _create_slice_as_driver(cluster: Cluster, node: str, claimed_node: str) -> str:
     """A server-side dry-run create of a slice for `node`, as the driver's service account on
     `claimed_node`; the API server's stderr ('' when allowed)."""
@@ -147,11 +160,9 @@ def _create_slice_as_driver(cluster: Cluster, node: str, claimed_node: str) -> s
         "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1,
                  "resourceSliceCount": 1}, "devices": []},
     }  # fmt: skip
-    account = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-kae-device-plugin"
     done = subprocess.run(
-        [str(cluster.bin / "kubectl"), "--kubeconfig", cluster.kubeconfig, "create",
-         "--dry-run=server", "-f", "-", f"--as={account}",
-         f"--as-user-extra=authentication.kubernetes.io/node-name={claimed_node}"],
+        [str(cluster.bin / "kubectl"), "--kubeconfig", _kubeconfig_as_driver(cluster, claimed_node),
+         "create", "--dry-run=server", "-f", "-"],
         input=json.dumps(body), capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     return "" if done.returncode == 0 else done.stderr
