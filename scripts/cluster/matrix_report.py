@@ -72,6 +72,14 @@ FEATURES: tuple[tuple[str, str], ...] = (
         "test_dra_taints_sharing.py::test_two_claims_share_one_zip_by_queues_and_a_third_waits",
     ),
     (
+        "taints dropped by the server: unhealthy devices left out, no write loop",
+        "test_dra_degrade.py::test_where_taints_are_dropped_an_unhealthy_device_leaves_the_pool_in_one_write",
+    ),
+    (
+        "consumable capacity dropped by the server: a shared ZIP served whole",
+        "test_dra_degrade.py::test_where_consumable_capacity_is_dropped_a_shared_zip_is_served_whole",
+    ),
+    (
         "the chart (DRA)",
         "test_helm_dra.py::test_install_publishes_the_pool_with_rbac_and_device_classes",
     ),

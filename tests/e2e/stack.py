@@ -100,8 +100,18 @@ FEATURES: dict[str, tuple[Callable[[Stack], bool], str]] = {
         "before Kubernetes 1.36: the API server drops a DeviceClass's extendedResourceName",
     ),
     "dra-consumable-capacity": (
-        _both((1, 36)),
+        lambda s: s.api >= (1, 36),
         "consumable capacity (DRAConsumableCapacity) is alpha, off by default, before "
         "Kubernetes 1.36: the API server drops a device's allowMultipleAllocations",
+    ),
+    "dra-taints-dropped": (
+        lambda s: (1, 34) <= s.api < (1, 36),
+        "shows the driver where the API server drops device taints (Kubernetes 1.34-1.35, "
+        "DRADeviceTaints off by default)",
+    ),
+    "dra-consumable-capacity-dropped": (
+        lambda s: (1, 34) <= s.api < (1, 36),
+        "shows the driver where the API server drops consumable capacity (Kubernetes "
+        "1.34-1.35, DRAConsumableCapacity off by default)",
     ),
 }
