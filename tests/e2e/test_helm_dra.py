@@ -92,6 +92,16 @@ def release(
         cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true")
 
 
+def driver_ready(chart: Release) -> dict[str, Any] | None:
+    """The driver pod once Ready; fails at once, with its words, when the driver refuses for
+    a runtime that applies no CDI device (it is never Ready then)."""
+    pod = chart.ready_pod()
+    if pod is None and "does not apply CDI devices" in (logs := chart.logs()):
+        refusal = next(line for line in logs.splitlines() if "does not apply CDI devices" in line)
+        raise AssertionError(f"the driver pod refuses: {refusal.strip()}")
+    return pod
+
+
 def ours(cluster: Cluster, kind: str) -> list[str]:
     """Names of the cluster-scoped objects of `kind` the release made."""
     found = cluster.get(kind, "-l", f"app.kubernetes.io/instance={RELEASE}")
@@ -105,7 +115,7 @@ def test_install_publishes_the_pool_with_rbac_and_device_classes(
     """The driver pod becomes Ready (registered, slices published); the slices list the tree's
     devices; the three DeviceClasses and the driver's ClusterRole exist."""
     chart, tree = release
-    wait_until("driver pod Ready", chart.ready_pod, timeout=240)
+    wait_until("driver pod Ready", lambda: driver_ready(chart), timeout=240)
     wait_until("the pool", lambda: len(slice_devices(cluster)) == len(tree.names()), timeout=60)
     classes = {c["metadata"]["name"] for c in cluster.get("deviceclasses")["items"]}
     assert {f"{e}.{DRIVER}" for e in ENGINES} <= classes
@@ -121,7 +131,7 @@ def test_a_claim_and_a_plain_limit_are_both_served_by_dra(
     runs too, the scheduler making its claim through the DeviceClass's extendedResourceName,
     and sees its device with the same variables as under the device plugin."""
     chart, tree = release
-    wait_until("driver pod Ready", chart.ready_pod, timeout=240)
+    wait_until("driver pod Ready", lambda: driver_ready(chart), timeout=240)
     cluster.apply(template("kae-dra-zip", [request("zip", "zip")]))
     cluster.apply(claim_pod(cluster, "kae-dra-claim", "kae-dra-zip", script=SLEEP))
     wait_running(cluster, "kae-dra-claim", timeout=120)
