@@ -35,7 +35,8 @@ def slices(cluster: Cluster) -> list[dict[str, Any]]:
 
 def slice_devices(cluster: Cluster) -> dict[str, dict[str, Any]]:
     """Every published device of this node by name."""
-    return {d["name"]: d for s in slices(cluster) for d in s["spec"].get("devices", [])}
+    # An empty slice reads devices: null from a 1.34 server (no omitempty there), none from 1.37.
+    return {d["name"]: d for s in slices(cluster) for d in s["spec"].get("devices") or []}
 
 
 def request(name: str, engine: str, *selectors: str, **exactly: Any) -> dict[str, Any]:
