@@ -69,9 +69,24 @@ def field_of(path: str) -> str:
     return re.sub(r"\[\d+\]", "[]", path.lstrip("."))
 
 
+def spec_of(slice_: Mapping[str, Any]) -> JsonObject:
+    """A slice's spec with its devices as a list. An empty pool's slice comes back from a 1.34
+    API server with ``devices: null`` (its v1 type has no omitempty) and from 1.37 without the
+    key; both hold what we wrote, ``[]``."""
+    spec = dict(slice_.get("spec") or {})
+    if spec.get("devices") is None:
+        spec["devices"] = []
+    return spec
+
+
+def devices_of(slice_: Mapping[str, Any]) -> list[Any]:
+    devices: list[Any] = spec_of(slice_)["devices"]
+    return devices
+
+
 def content(slice_: Mapping[str, Any]) -> JsonObject:
     """A slice's spec without the pool generation: what a change of the inventory changes."""
-    spec = dict(slice_["spec"])
+    spec = spec_of(slice_)
     spec["pool"] = {k: v for k, v in spec["pool"].items() if k != "generation"}
     return {"spec": spec, "owners": slice_["metadata"].get("ownerReferences")}
 
@@ -87,7 +102,7 @@ def keep_taint_times(body: JsonObject, old: Mapping[str, Any]) -> JsonObject:
     standing taint, and with it a NoExecute toleration's ``tolerationSeconds``."""
     times = {
         _taint_key(device, t): t["timeAdded"]
-        for device in old.get("spec", {}).get("devices", [])
+        for device in devices_of(old)
         for t in device.get("taints", [])
         if "timeAdded" in t
     }
@@ -113,7 +128,7 @@ def without_taint_times(found: JsonObject) -> JsonObject:
         {**d, "taints": [{k: v for k, v in t.items() if k != "timeAdded"} for t in d["taints"]]}
         if d.get("taints")
         else d
-        for d in found["spec"].get("devices", [])
+        for d in devices_of(found)
     ]
     return {**found, "spec": {**found["spec"], "devices": devices}}
 
@@ -170,6 +185,6 @@ def _replacing(body: JsonObject, existing: Mapping[str, JsonObject]) -> JsonObje
 def newly_dropped(written: JsonObject, read: JsonObject, known: Collection[str]) -> list[str]:
     """Fields of ``written``'s spec the server did not keep and that are not yet ``known``."""
     found = dict.fromkeys(
-        field_of(p) for p in dropped_fields(written["spec"], read.get("spec", {}), "spec")
+        field_of(p) for p in dropped_fields(spec_of(written), spec_of(read), "spec")
     )
     return [f for f in found if f not in known]

@@ -18,7 +18,7 @@ from kae_deviceplugin.apiserver.seam import RESOURCE_SLICES, JsonObject, Kind
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Health, Inventory
 from kae_deviceplugin.dra.api import DRIVER
-from kae_deviceplugin.dra.pool_rules import dropped_fields
+from kae_deviceplugin.dra.pool_rules import dropped_fields, newly_dropped
 from kae_deviceplugin.dra.publisher import SlicePublisher
 from kae_deviceplugin.dra.slice_devices import DeviceOptions
 from kae_deviceplugin.dra.slices import DEFAULT_OPTIONS, NodeRef, build_slices
@@ -384,3 +384,45 @@ def test_a_lone_change_after_a_quiet_spell_is_not_held() -> None:
             await asyncio.gather(task, return_exceptions=True)
 
     assert asyncio.run(main()) < interval
+
+
+@pytest.mark.parametrize("read_back", ["null", "absent"])
+def test_an_empty_pool_read_back_without_devices_is_neither_dropped_nor_rewritten(
+    read_back: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An empty pool (the runtime applies no CDI) is one slice with ``devices: []``. A 1.34 API
+    server returns it as ``null`` (seen on the 1.34.4 cell: the driver then logged that the
+    server did not keep spec.devices and, restarted, failed every reconcile with a TypeError),
+    1.37 leaves the key out: neither is a dropped field, and a restarted publisher adopts the
+    slice without a write."""
+    api = FakeApiServer()
+    empty = Inventory()
+
+    def as_the_server_keeps_it() -> None:
+        for stored in api.objects.values():
+            if read_back == "null":
+                stored["spec"]["devices"] = None
+            else:
+                del stored["spec"]["devices"]
+
+    async def main() -> None:
+        first = SlicePublisher(api, DRIVER, NODE.name, builder())
+        assert await reconciled(first, empty) == 1
+        as_the_server_keeps_it()
+        assert await reconciled(first, empty) == 0
+        restarted = SlicePublisher(api, DRIVER, NODE.name, builder())
+        assert await reconciled(restarted, empty) == 0
+        assert await reconciled(restarted, fixture_inventory("kunpeng920-2p")) == 1
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(main())
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert api.writes == 2
+
+
+def test_newly_dropped_takes_null_or_absent_devices_as_the_empty_list_written() -> None:
+    """What a server returns for an empty pool is what was written."""
+    written = {"spec": {"devices": [], "driver": DRIVER}}
+    for read in ({"spec": {"devices": None, "driver": DRIVER}}, {"spec": {"driver": DRIVER}}):
+        assert newly_dropped(written, read, ()) == []
+    assert newly_dropped(written, {"spec": {}}, ()) == ["spec.driver"]

@@ -10,11 +10,14 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from tests.e2e.stack import Stack
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SCRIPTS = REPO / "scripts" / "cluster"
@@ -81,17 +84,28 @@ class Cluster:
     image: str
     node: str
     bin: Path
+    stack: Stack = field(default_factory=Stack)
+    state: Path = Path("/var/tmp/kae-e2e")
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Cluster:
-        """Build from the five exports (KeyError if one is missing)."""
+        """Build from the five exports (KeyError if one is missing); the stack and the state
+        directory from up's other exports, when there."""
+        kubelet_root = Path(env["KAE_E2E_KUBELET_ROOT"])
         return cls(
             kubeconfig=env["KUBECONFIG"],
-            kubelet_root=Path(env["KAE_E2E_KUBELET_ROOT"]),
+            kubelet_root=kubelet_root,
             image=env["KAE_E2E_IMAGE"],
             node=env["KAE_E2E_NODE"],
             bin=Path(env["KAE_E2E_BIN"]),
+            stack=Stack.from_env(env),
+            state=Path(env.get("KAE_E2E_STATE") or kubelet_root.parent),
         )
+
+    @property
+    def runtime_config(self) -> Path:
+        """containerd's config file, which up writes (and the DRA driver reads for CDI)."""
+        return self.state / "containerd" / "config.toml"
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         """Run kubectl against the cluster and return its stdout."""
@@ -145,11 +159,6 @@ class Cluster:
                 f"{exc}; wanted capacity={capacity} allocatable={allocatable}, "
                 f"node has capacity={cap} allocatable={alloc}"
             ) from None
-
-    @property
-    def state(self) -> Path:
-        """scripts/cluster/up's state directory (it holds the kubelet's root dir)."""
-        return self.kubelet_root.parent
 
     def component_pid(self, name: str) -> int:
         """The PID scripts/cluster/up recorded for one of its components (kube-apiserver, ...)."""
@@ -302,6 +311,13 @@ class Plugin:
         with urllib.request.urlopen(url, timeout=5) as resp:
             body: bytes = resp.read()
             return body.decode()
+
+    def readyz(self) -> tuple[int, str]:
+        """/readyz's status and body (503 names what is missing)."""
+        try:
+            return 200, self.get("/readyz")
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode(errors="replace")
 
     def ready(self) -> bool:
         """/readyz answers 200."""

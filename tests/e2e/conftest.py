@@ -38,6 +38,43 @@ def _enabled() -> bool:
     return os.environ.get("KAE_E2E") == "1"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "needs(*features): the test shows features of tests/e2e/stack.py's FEATURES; on a "
+        "cluster whose stack lacks one it skips with the reason",
+    )
+
+
+def _skip_unless(cluster: Cluster, marks: list[pytest.Mark]) -> None:
+    for mark in marks:
+        for feature in mark.args:
+            reason = cluster.stack.missing(feature)
+            if reason is not None:
+                pytest.skip(f"needs {feature}: {reason}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_needs(request: pytest.FixtureRequest) -> None:
+    """A module marked `needs` skips before its module-scoped fixtures (a chart release) run."""
+    declared: object = getattr(request.module, "pytestmark", [])
+    marks = [
+        m
+        for d in (declared if isinstance(declared, list) else [declared])
+        if isinstance(m := getattr(d, "mark", d), pytest.Mark) and m.name == "needs"
+    ]
+    if marks and _enabled():
+        _skip_unless(request.getfixturevalue("cluster"), marks)
+
+
+@pytest.fixture(autouse=True)
+def _needs(request: pytest.FixtureRequest) -> None:
+    """A test marked `needs` skips, with the reason, on a stack that lacks a feature."""
+    marks = list(request.node.iter_markers("needs"))
+    if marks and _enabled():
+        _skip_unless(request.getfixturevalue("cluster"), marks)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without KAE_E2E=1, mark every e2e test skipped (nothing is started)."""
     del config

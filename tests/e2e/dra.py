@@ -11,7 +11,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tests.e2e.cluster import ENGINES, REPO, Cluster, FixtureTree, Plugin, make_plugin, wait_until
+from tests.e2e.cluster import (
+    ENGINES,
+    REPO,
+    Cluster,
+    FixtureTree,
+    Plugin,
+    make_plugin,
+    wait_until,
+)
 from tests.e2e.pods import manifest
 
 DRIVER = "kae.openfuyao.com"
@@ -36,7 +44,8 @@ def driver_slices_anywhere(cluster: Cluster) -> list[str]:
 
 def slice_devices(cluster: Cluster) -> dict[str, dict[str, Any]]:
     """Every published device of this node by name."""
-    return {d["name"]: d for s in slices(cluster) for d in s["spec"].get("devices", [])}
+    # An empty slice reads devices: null from a 1.34 server (no omitempty there), none from 1.37.
+    return {d["name"]: d for s in slices(cluster) for d in s["spec"].get("devices") or []}
 
 
 def request(name: str, engine: str, *selectors: str, **exactly: Any) -> dict[str, Any]:
@@ -98,7 +107,7 @@ def cdi_specs(cdi_dir: Path) -> list[Path]:
 def dra_args(cluster: Cluster, cdi_dir: Path) -> list[str]:
     """What `serve` needs beyond make_plugin's defaults to run in DRA mode on this cluster."""
     return ["--mode", "dra", "--node-name", cluster.node, "--kubeconfig", cluster.kubeconfig,
-            "--cdi-dir", str(cdi_dir)]  # fmt: skip
+            "--cdi-dir", str(cdi_dir), "--runtime-config", str(cluster.runtime_config)]  # fmt: skip
 
 
 @contextmanager
@@ -108,10 +117,13 @@ def running_dra_plugin(
     workdir: Path,
     extra: list[str] | None = None,
     pod_uid: str | None = None,
+    *,
+    ready: bool = True,
 ) -> Iterator[tuple[Plugin, Path]]:
     """The daemon in DRA mode on `tree` (as the pod `pod_uid`, for per-pod socket names), the
-    DeviceClasses applied; on exit the daemon stops and its slices and the classes are deleted,
-    so the next test starts from an empty pool."""
+    DeviceClasses applied, reading the cluster's containerd config; waits for /readyz unless
+    `ready` is False (then for /readyz to answer at all). On exit the daemon stops and its
+    slices and the classes are deleted, so the next test starts from an empty pool."""
     cdi_dir = cluster.kubelet_root.parent / "cdi"
     workdir.mkdir(parents=True, exist_ok=True)
     plugin = make_plugin(
@@ -122,7 +134,10 @@ def running_dra_plugin(
     cluster.kubectl("apply", "-f", str(CLASSES))
     plugin.start()
     try:
-        plugin.wait_ready()
+        if ready:
+            plugin.wait_ready()
+        else:
+            wait_until("/readyz answering", lambda: plugin.readyz()[1] or None)
         yield plugin, cdi_dir
     finally:
         plugin.stop()

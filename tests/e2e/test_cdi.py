@@ -38,6 +38,7 @@ def _container_info(cluster: Cluster, pod: str) -> dict[str, Any]:
     return info
 
 
+@pytest.mark.needs("cdi")
 @pytest.mark.timeout(300)
 def test_cdi_mode_gives_the_pod_its_devices_through_cdi_devices(
     cluster: Cluster,
@@ -70,6 +71,7 @@ def test_cdi_mode_gives_the_pod_its_devices_through_cdi_devices(
         cluster.delete_pod("kae-cdi")
 
 
+@pytest.mark.needs("cdi")
 @pytest.mark.timeout(300)
 def test_cdi_mode_on_a_fixture_tree_with_the_sysfs_view(
     cluster: Cluster,

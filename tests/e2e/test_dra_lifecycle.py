@@ -32,6 +32,8 @@ from tests.e2e.dra import (
 )
 from tests.e2e.pods import wait_running
 
+pytestmark = pytest.mark.needs("dra", "cdi")
+
 TREE = "kunpeng920-2p"
 ONE_ZIP = template("kae-one-zip", [request("zip", "zip")])
 
@@ -164,6 +166,7 @@ def test_a_restarted_daemon_writes_nothing_and_unprepares_from_its_checkpoint(
     )
 
 
+@pytest.mark.needs("pod-health")
 @pytest.mark.timeout(300)
 def test_a_held_devices_health_reaches_its_pods_status(
     cluster: Cluster, node: tuple[Plugin, FixtureTree, Path]

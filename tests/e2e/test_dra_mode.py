@@ -23,6 +23,8 @@ from tests.e2e.dra import (
 )
 from tests.e2e.pods import assert_sees_only_its_devices, read_report, wait_running
 
+pytestmark = pytest.mark.needs("dra", "cdi")
+
 RSA_AND_CIPHER = template(
     "kae-rsa-cipher",
     [

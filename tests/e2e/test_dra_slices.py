@@ -25,6 +25,8 @@ from kae_deviceplugin.dra.publisher import SlicePublisher
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from tests.e2e.cluster import REPO, Cluster, wait_until
 
+pytestmark = pytest.mark.needs("dra")
+
 FIXTURE = REPO / "sysfs_fixtures" / "kunpeng920-2p"
 
 

@@ -33,6 +33,8 @@ from tests.e2e.dra import (
 )
 from tests.e2e.pods import read_report, wait_running
 
+pytestmark = pytest.mark.needs("dra", "cdi")
+
 TREE = "kunpeng920-2p"
 PODS = ("kae-held", "kae-pinned", "kae-other", "kae-q1", "kae-q2", "kae-q3")
 TEMPLATES = ("kae-any-hpre", "kae-pinned-zip", "kae-any-zip", "kae-q8", "kae-qmany")
@@ -109,6 +111,7 @@ def driver(
             context.__exit__(None, None, None)
 
 
+@pytest.mark.needs("dra-taints", "pod-health")
 @pytest.mark.timeout(420)
 def test_an_unhealthy_device_is_tainted_kept_and_lifted(
     cluster: Cluster, driver: Callable[[list[str]], tuple[Plugin, FixtureTree]]
@@ -157,6 +160,7 @@ def test_an_unhealthy_device_is_tainted_kept_and_lifted(
     assert allocated(pod_claim(cluster, "kae-pinned")) == [sick_zip]
 
 
+@pytest.mark.needs("dra-consumable-capacity")
 @pytest.mark.timeout(420)
 def test_two_claims_share_one_zip_by_queues_and_a_third_waits(
     cluster: Cluster, driver: Callable[[list[str]], tuple[Plugin, FixtureTree]]

@@ -10,7 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.e2e.cluster import REPO, Cluster
+
+pytestmark = pytest.mark.needs("dra")
 
 NODES = 3  # the smoke fleet
 METRICS = (

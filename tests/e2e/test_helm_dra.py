@@ -41,6 +41,8 @@ from tests.e2e.helm import Release, chart_values
 from tests.e2e.pods import manifest, read_report, wait_running
 from tests.e2e.test_helm import helm_binary, plugin_image
 
+pytestmark = pytest.mark.needs("dra", "cdi")
+
 __all__ = ["helm_binary", "plugin_image"]  # module fixtures shared with test_helm.py
 
 TREE = "kunpeng920-2p"
@@ -91,6 +93,16 @@ def release(
         cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true")
 
 
+def driver_ready(chart: Release) -> dict[str, Any] | None:
+    """The driver pod once Ready; fails at once, with its words, when the driver refuses for
+    a runtime that applies no CDI device (it is never Ready then)."""
+    pod = chart.ready_pod()
+    if pod is None and "does not apply CDI devices" in (logs := chart.logs()):
+        refusal = next(line for line in logs.splitlines() if "does not apply CDI devices" in line)
+        raise AssertionError(f"the driver pod refuses: {refusal.strip()}")
+    return pod
+
+
 def ours(cluster: Cluster, kind: str) -> list[str]:
     """Names of the cluster-scoped objects of `kind` the release made."""
     found = cluster.get(kind, "-l", f"app.kubernetes.io/instance={RELEASE}")
@@ -104,13 +116,14 @@ def test_install_publishes_the_pool_with_rbac_and_device_classes(
     """The driver pod becomes Ready (registered, slices published); the slices list the tree's
     devices; the three DeviceClasses and the driver's ClusterRole exist."""
     chart, tree = release
-    wait_until("driver pod Ready", chart.ready_pod, timeout=240)
+    wait_until("driver pod Ready", lambda: driver_ready(chart), timeout=240)
     wait_until("the pool", lambda: len(slice_devices(cluster)) == len(tree.names()), timeout=60)
     classes = {c["metadata"]["name"] for c in cluster.get("deviceclasses")["items"]}
     assert {f"{e}.{DRIVER}" for e in ENGINES} <= classes
     assert ours(cluster, "clusterroles") and ours(cluster, "clusterrolebindings")
 
 
+@pytest.mark.needs("dra-extended-resource")
 @pytest.mark.timeout(600)
 def test_a_claim_and_a_plain_limit_are_both_served_by_dra(
     cluster: Cluster, release: tuple[Release, FixtureTree]
@@ -119,7 +132,7 @@ def test_a_claim_and_a_plain_limit_are_both_served_by_dra(
     runs too, the scheduler making its claim through the DeviceClass's extendedResourceName,
     and sees its device with the same variables as under the device plugin."""
     chart, tree = release
-    wait_until("driver pod Ready", chart.ready_pod, timeout=240)
+    wait_until("driver pod Ready", lambda: driver_ready(chart), timeout=240)
     cluster.apply(template("kae-dra-zip", [request("zip", "zip")]))
     cluster.apply(claim_pod(cluster, "kae-dra-claim", "kae-dra-zip", script=SLEEP))
     wait_running(cluster, "kae-dra-claim", timeout=120)
@@ -135,6 +148,19 @@ def test_a_claim_and_a_plain_limit_are_both_served_by_dra(
     assert dra_name(tree, name) != held  # two claims, two devices
 
 
+def _kubeconfig_as_driver(cluster: Cluster, claimed_node: str) -> str:
+    """A kubeconfig of the admin impersonating the driver's service account on `claimed_node`
+    (its user's ``as`` and ``as-user-extra``, which every kubectl reads; the
+    ``--as-user-extra`` flag is newer than kubectl 1.34)."""
+    config: dict[str, Any] = json.loads(cluster.kubectl("config", "view", "--raw", "-o", "json"))
+    for entry in config["users"]:
+        entry["user"]["as"] = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-kae-device-plugin"
+        entry["user"]["as-user-extra"] = {"authentication.kubernetes.io/node-name": [claimed_node]}
+    path = Path(cluster.kubeconfig).with_name(f"kae-vap-probe-{claimed_node}.kubeconfig")
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
 def _create_slice_as_driver(cluster: Cluster, node: str, claimed_node: str) -> str:
     """A server-side dry-run create of a slice for `node`, as the driver's service account on
     `claimed_node`; the API server's stderr ('' when allowed)."""
@@ -145,11 +171,9 @@ def _create_slice_as_driver(cluster: Cluster, node: str, claimed_node: str) -> s
         "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1,
                  "resourceSliceCount": 1}, "devices": []},
     }  # fmt: skip
-    account = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-kae-device-plugin"
     done = subprocess.run(
-        [str(cluster.bin / "kubectl"), "--kubeconfig", cluster.kubeconfig, "create",
-         "--dry-run=server", "-f", "-", f"--as={account}",
-         f"--as-user-extra=authentication.kubernetes.io/node-name={claimed_node}"],
+        [str(cluster.bin / "kubectl"), "--kubeconfig", _kubeconfig_as_driver(cluster, claimed_node),
+         "create", "--dry-run=server", "-f", "-"],
         input=json.dumps(body), capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     return "" if done.returncode == 0 else done.stderr

@@ -29,6 +29,7 @@ def resource_health(cluster: Cluster, pod: str) -> dict[str, str]:
     return found
 
 
+@pytest.mark.needs("pod-health")
 @pytest.mark.timeout(300)
 def test_an_isolated_device_is_unhealthy_in_its_pods_status_until_it_recovers(
     cluster: Cluster,
