@@ -18,7 +18,9 @@ from tests.e2e.dra import (
     SLEEP,
     allocated,
     cdi_specs,
+    checkpoint_claims,
     claim_pod,
+    claim_uid,
     delete_template,
     dra_name,
     health_of,
@@ -198,9 +200,11 @@ def test_two_instances_serve_at_once_as_in_a_rolling_update(
     cluster: Cluster, tree_factory: Callable[[str], FixtureTree], tmp_path: Path
 ) -> None:
     """What the chart's maxSurge relies on: a second daemon with its own pod UID registers
-    beside the first (two registration sockets, both registered with the kubelet); when the
-    first stops, its claim's pod keeps running, the second unprepares that claim from the shared
-    checkpoint and prepares new ones."""
+    beside the first (two registration sockets, both registered with the kubelet), and its
+    start-up keeps the first one's claim (record and spec). When the first stops, its claim's
+    pod keeps running; the second prepares a new claim and its checkpoint write keeps the first
+    one's record beside it; deleting the first pod, the second unprepares that claim from the
+    shared checkpoint: the record goes, and with it the spec the record names."""
     tree = tree_factory(TREE)
     registry = cluster.kubelet_root / "plugins_registry"
     uids = ("0a0a0a0a-0000-4000-8000-00000000000a", "0b0b0b0b-0000-4000-8000-00000000000b")
@@ -209,20 +213,31 @@ def test_two_instances_serve_at_once_as_in_a_rolling_update(
             cluster.apply(ONE_ZIP)
             cluster.apply(claim_pod(cluster, "kae-a", "kae-one-zip", script=SLEEP))
             wait_running(cluster, "kae-a", timeout=120)
-            specs = wait_until("the claim's CDI spec", lambda: cdi_specs(cdi_dir) or None)
+            first = claim_uid(cluster, "kae-a")
+            record = wait_until("the claim recorded", lambda: checkpoint_claims(cluster).get(first))
+            spec = cdi_dir / record["cdiSpec"]
+            assert spec.is_file(), record
             with running_dra_plugin(cluster, tree, tmp_path / "new", pod_uid=uids[1]):
                 sockets = {p.name for p in registry.glob(f"{DRIVER}-*-reg.sock")}
                 assert sockets == {f"{DRIVER}-{uid}-reg.sock" for uid in uids}, sockets
+                # The new instance's start-up reconcile removes only specs no record names.
+                assert spec.is_file() and first in checkpoint_claims(cluster)
                 old.stop()
                 assert container(cluster, "kae-a")["restartCount"] == 0
-                cluster.delete_pod("kae-a")
-                wait_until(
-                    "unprepared by the new instance", lambda: not any(p.exists() for p in specs), 90
-                )
                 cluster.apply(claim_pod(cluster, "kae-b", "kae-one-zip", script=SLEEP))
                 wait_running(cluster, "kae-b", timeout=120)
+                second = claim_uid(cluster, "kae-b")
+                assert checkpoint_claims(cluster).keys() == {first, second}
+                cluster.delete_pod("kae-a")
+                wait_until(
+                    "unprepared by the new instance",
+                    lambda: first not in checkpoint_claims(cluster) and not spec.exists(),
+                    timeout=90,
+                )
+                assert checkpoint_claims(cluster).keys() == {second}
                 cluster.delete_pod("kae-b")
                 wait_until("every claim unprepared", lambda: not cdi_specs(cdi_dir), timeout=90)
+                assert checkpoint_claims(cluster) == {}
         finally:
             for pod in ("kae-a", "kae-b"):
                 cluster.delete_pod(pod)
