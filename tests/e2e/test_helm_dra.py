@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from tests.e2e.cluster import Cluster, FixtureTree, wait_until
+from tests.e2e.cluster import REPO, Cluster, FixtureTree, wait_until
 from tests.e2e.dra import (
     DRIVER,
     SLEEP,
@@ -58,11 +58,25 @@ def api_address(cluster: Cluster) -> tuple[str, str]:
     return str(url.hostname), str(url.port or 443)
 
 
+def _chart_dra_settings() -> set[str]:
+    """The settings the chart's schema allows under config.dra."""
+    schema = json.loads(
+        (REPO / "deploy" / "helm" / "kae-device-plugin" / "values.schema.json").read_text()
+    )
+    dra: dict[str, Any] = schema["properties"]["config"]["properties"]["dra"]
+    return set(dra.get("properties", {}))
+
+
 def dra_values(cluster: Cluster, tree: FixtureTree, image: str, base: Path) -> dict[str, Any]:
     """The e2e chart values plus DRA mode, the runtime's CDI dir and the loopback API server."""
     values = chart_values(cluster, tree, image, base / "host")
     host, port = api_address(cluster)
     values["dra"] = {"enabled": True}
+    if "runtimeConfig" in _chart_dra_settings():
+        # The cluster's containerd config, which the chart mounts read-only for the driver to
+        # tell whether CDI is on (containerd 1.7); a chart without the setting reads the default
+        # path, absent here, and its driver refuses on containerd 1.7 even with CDI on.
+        values.setdefault("config", {})["dra"] = {"runtimeConfig": str(cluster.runtime_config)}
     values["cdi"] = {"specDir": str(cluster.kubelet_root.parent / "cdi")}
     values["hostNetwork"] = True
     values["extraEnv"] = [
