@@ -97,7 +97,7 @@ def _pool_rows(node: str, slices: Sequence[JsonObject], expected: set[str]) -> l
             f"{sorted(counts)} (the scheduler allocates nothing from an incomplete pool)"
         )
         rows.append(Row(CHECK, Status.FAIL, detail, ("restart the driver: it rewrites the pool",)))
-    published = {d["name"] for s in current for d in s["spec"].get("devices", [])}
+    published = {d["name"] for s in current for d in s["spec"].get("devices") or []}
     rows += _device_rows(node, newest, published, expected)
     return rows
 
