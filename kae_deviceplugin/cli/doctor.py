@@ -29,6 +29,7 @@ from kae_deviceplugin.cli.allocations import endpoint_url
 from kae_deviceplugin.cli.checks import Row, Status
 from kae_deviceplugin.cli.hardware import check_hardware
 from kae_deviceplugin.config.settings import Mode
+from kae_deviceplugin.container.runtime_cdi import config_paths, from_configs
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.health import DEV_NODE_MISSING, REASON_FIXES
 from kae_deviceplugin.core.model import Inventory
@@ -54,7 +55,8 @@ class Targets:
     node_name: str | None = None  # DRA: whose ResourceSlices to read
     kubeconfig: Path | None = None  # DRA: None is the pod's service account
     cdi_dir: Path = Path("/var/run/cdi")
-    runtime_config: Path | None = None  # DRA: the runtime's config file; None: its own path
+    runtime_config: Path | None = None  # the runtime's config file; None: its own path
+    cdi: bool = False  # device plugin: devices named as CDI devices in Allocate
 
 
 def check_uacce_class(sysfs_root: Path, inventory: Inventory, hardware: bool) -> list[Row]:
@@ -217,9 +219,25 @@ def run_checks(
     rows += check_dev_nodes(targets.dev_root, inventory)
     dra = targets.mode == "dra"
     rows += check_dra(targets, inventory, connect) if dra else check_kubelet(targets.kubelet_root)
+    if targets.cdi and not dra:
+        rows += check_configured_cdi(targets.runtime_config)
     rows += check_daemon(targets.metrics_address)
     rows += check_nfd(targets.nfd_features_file, datetime.now(UTC))
     return rows
+
+
+def check_configured_cdi(runtime_config: Path | None) -> list[Row]:
+    """Device plugin with ``cdi`` on: does the runtime's config file let CDI names work? Where
+    it says CDI is off the daemon names device nodes instead: a WARN, nothing blocks."""
+    support = from_configs(*config_paths(runtime_config))
+    if support.applies is None:
+        detail = f"{support.runtime}'s config does not say whether it applies CDI devices"
+        return [Row("runtime cdi", Status.SKIP, detail)]
+    if support.refused:
+        detail = f"{support.reason}: Allocate names device nodes and mounts instead"
+        fix = "turn the runtime's CDI switch on, or set cdi off"
+        return [Row("runtime cdi", Status.WARN, detail, (fix,))]
+    return [Row("runtime cdi", Status.OK, f"{support.runtime} applies CDI devices")]
 
 
 def check_dra(

@@ -1,7 +1,7 @@
 """`doctor --mode dra`: does the node's container runtime apply CDI devices?
 
 A DRA claim reaches its container only as CDI devices, and a runtime with CDI off runs the
-container without them, silently (``dra.cdi_runtime``). The driver then offers nothing and
+container without them, silently (``container.runtime_cdi``). The driver then offers nothing and
 refuses every claim; this row says so before anyone wonders why, naming the setting to change.
 The runtime is what the node's kubelet reports to the API server; its setting is read from the
 same file the driver reads.
@@ -15,7 +15,7 @@ from pathlib import Path
 from kae_deviceplugin.apiserver.seam import NODES, JsonObject
 from kae_deviceplugin.cli.checks import Row, Status
 from kae_deviceplugin.cli.doctor_slices import API_TIMEOUT, Connect, real_connect
-from kae_deviceplugin.dra.cdi_runtime import CONTAINERD_CONFIG, ISULAD_CONFIG, runtime_of
+from kae_deviceplugin.container.runtime_cdi import CONTAINERD_CONFIG, ISULAD_CONFIG, runtime_of
 from kae_deviceplugin.errors import ApiError
 
 CHECK = "runtime cdi"

@@ -91,6 +91,7 @@ def doctor_command(
         kubeconfig=settings.kubeconfig,
         cdi_dir=settings.cdi_dir,
         runtime_config=settings.runtime_config,
+        cdi=settings.cdi,
     )
     rows = doctor.run_checks(targets)
     click.echo(doctor.render_json(rows) if output == "json" else doctor.render_table(rows))

@@ -195,9 +195,9 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "runtime_config",
         "dra.runtimeConfig",
         "optional-path",
-        "DRA: the container runtime's config file, read to tell whether it applies CDI "
-        "devices (containerd 1.7's enable_cdi, iSulad's enable-cdi); empty reads the "
-        "runtime's default path.",
+        "The container runtime's config file, read (DRA, and cdi on) to tell whether it "
+        "applies CDI devices (containerd 1.7's enable_cdi, iSulad's enable-cdi); empty "
+        "reads the runtime's default path.",
         "restart",
         derived_default="the runtime's own",
     ),

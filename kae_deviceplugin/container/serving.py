@@ -18,8 +18,11 @@ class ServingPolicy:
     allocation_policy: placement.PolicyName = placement.DEFAULT_POLICY
 
     @classmethod
-    def from_settings(cls, s: Settings, view_problem: str | None = None) -> ServingPolicy:
-        """What the settings say every call should answer; ``view_problem`` refuses Allocate."""
+    def from_settings(
+        cls, s: Settings, view_problem: str | None = None, *, runtime_cdi: bool = True
+    ) -> ServingPolicy:
+        """What the settings say every call should answer; ``view_problem`` refuses Allocate;
+        ``runtime_cdi`` False (a runtime that does not apply CDI devices) turns ``cdi`` off."""
         return cls(
             container=ContainerOptions(
                 sysfs_root=s.sysfs_root,
@@ -27,7 +30,7 @@ class ServingPolicy:
                 sysfs_view=s.container_sysfs_view,
                 uadk_numa_hint=s.env.uadk_numa_hint,
                 openssl_engines=s.env.openssl_engines,
-                cdi=s.cdi,
+                cdi=s.cdi and runtime_cdi,
                 host_sysfs_root=s.host_sysfs_root,
                 dev_root=s.dev_root,
                 host_dev_root=s.host_dev_root,

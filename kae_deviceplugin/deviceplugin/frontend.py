@@ -10,12 +10,15 @@ pods end (``dra_holds``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from kae_deviceplugin.api import KUBELET_SOCKET
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container.node_files import ContainerFiles
+from kae_deviceplugin.container.runtime_cdi import config_paths, from_configs
 from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
@@ -27,6 +30,8 @@ from kae_deviceplugin.deviceplugin.registrars import Registrar
 from kae_deviceplugin.deviceplugin.server_set import ServerSet
 from kae_deviceplugin.kubelet.podresources_poll import Holders
 from kae_deviceplugin.kubelet.sockets import prepare_socket_dir
+
+log = logging.getLogger(__name__)
 
 
 class DevicePluginFrontEnd:
@@ -64,6 +69,7 @@ class DevicePluginFrontEnd:
             settings.effective_pod_resources_socket, settings.kubelet_root, self.withhold
         )
         self._reconciled = False
+        self._runtime_cdi: tuple[Path | None, bool] | None = None  # (config read, applies)
 
     @property
     def registrar(self) -> Registrar:
@@ -74,7 +80,33 @@ class DevicePluginFrontEnd:
         return self.server_set.registered
 
     def serving_policy(self) -> ServingPolicy:
-        return ServingPolicy.from_settings(self.settings, self.container_files.problem)
+        return ServingPolicy.from_settings(
+            self.settings, self.container_files.problem, runtime_cdi=self.runtime_applies_cdi()
+        )
+
+    def runtime_applies_cdi(self) -> bool:
+        """With ``cdi`` on, whether the runtime's config says it applies CDI devices: where it
+        does not, Allocate names device nodes and mounts as with ``cdi`` off, or the containers
+        would start without their devices. Judged once per config path, said once."""
+        if not self.settings.cdi:
+            return True
+        chosen = self.settings.runtime_config
+        if self._runtime_cdi is None or self._runtime_cdi[0] != chosen:
+            support = from_configs(*config_paths(chosen))
+            if support.refused:
+                log.error(
+                    "cdi is on but %s; Allocate names device nodes and mounts instead "
+                    "(set the runtime's switch to use CDI names)",
+                    support.reason,
+                )
+            elif support.applies is None:
+                log.info(
+                    "cdi is on; %s's config does not say whether it applies CDI devices: "
+                    "trusting the setting",
+                    support.runtime,
+                )
+            self._runtime_cdi = (chosen, not support.refused)
+        return self._runtime_cdi[1]
 
     def prepare(self) -> None:
         """Create the socket directory, or refuse in one line (StartupError)."""

@@ -32,6 +32,12 @@ from kae_deviceplugin.apiserver.seam import RESOURCE_CLAIMS, ApiServer, JsonObje
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container import safe_fs
 from kae_deviceplugin.container.node_files import ContainerFiles
+from kae_deviceplugin.container.runtime_cdi import (
+    CONTAINERD_CONFIG,
+    ISULAD_CONFIG,
+    CdiSupport,
+    runtime_of,
+)
 from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory, QueueShare
@@ -44,12 +50,6 @@ from kae_deviceplugin.dra.api import (
     PLUGIN_TYPE,
     plugin_dir,
     socket_names,
-)
-from kae_deviceplugin.dra.cdi_runtime import (
-    CONTAINERD_CONFIG,
-    ISULAD_CONFIG,
-    CdiSupport,
-    runtime_of,
 )
 from kae_deviceplugin.dra.checkpoint import Checkpoint, CheckpointFile, claimed_queues
 from kae_deviceplugin.dra.claim_status_writer import ClaimStatusWriter, NotifyingPreparer
@@ -158,7 +158,7 @@ class DraFrontEnd:
 
     def _runtime_from(self, node: JsonObject) -> None:
         """A runtime that does not apply CDI devices gets an empty pool and every claim refused
-        (``cdi_runtime``), with the fix in the log."""
+        (``container.runtime_cdi``), with the fix in the log."""
         self.cdi = runtime_of(node, *self.runtime_configs)
         if self.cdi.refused:
             log.error("no KAE device is published and every claim is refused: %s", self.cdi.reason)

@@ -40,6 +40,10 @@ FEATURES: tuple[tuple[str, str], ...] = (
         "test_cdi.py::test_cdi_mode_gives_the_pod_its_devices_through_cdi_devices",
     ),
     (
+        "CDI off: the device plugin's `--cdi on` names device nodes instead",
+        "test_cdi.py::test_cdi_mode_over_a_runtime_with_cdi_off_names_the_device_nodes",
+    ),
+    (
         "health in the pod's status (device plugin)",
         "test_pod_health.py::test_an_isolated_device_is_unhealthy_in_its_pods_status_until_it_recovers",
     ),

@@ -222,3 +222,21 @@ def test_a_loaded_driver_not_bound_to_a_function_names_the_bind(tmp_path: Path) 
     (row,) = by_check(json.loads(result.stdout))["engine zip"]
     assert row["detail"] == "driver hisi_zip loaded, not bound to 0000:b5:00.0"
     assert row["fixes"][0] == "on the node: echo 0000:b5:00.0 > /sys/bus/pci/drivers/hisi_zip/bind"
+
+
+def test_cdi_on_over_a_runtime_with_cdi_off_warns_in_device_plugin_mode(tmp_path: Path) -> None:
+    """Device plugin with cdi on: the runtime's config says CDI is off, so the daemon names
+    device nodes instead; doctor says so (WARN, with the switch), and blocks nothing for it."""
+    runtime = tmp_path / "config.toml"
+    runtime.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = false\n')
+    config = tmp_path / "kae.yaml"
+    config.write_text(f"version: v1\ncdi: true\ndra:\n  runtimeConfig: {runtime}\n")
+    _, report = doctor("kunpeng920-2p", "--config", str(config))
+    (row,) = by_check(report)["runtime cdi"]
+    assert row["status"] == "warn" and "enable_cdi = false" in row["detail"], row
+    runtime.write_text("version = 3\n")
+    _, report = doctor("kunpeng920-2p", "--config", str(config))
+    assert by_check(report)["runtime cdi"][0]["status"] == "ok"
+    config.write_text("version: v1\ncdi: false\n")
+    _, report = doctor("kunpeng920-2p", "--config", str(config))
+    assert "runtime cdi" not in by_check(report)

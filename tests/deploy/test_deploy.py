@@ -243,7 +243,8 @@ def test_default_host_paths_are_exactly_those_the_daemon_uses() -> None:
 
 
 def test_full_host_paths_follow_kubelet_root_cdi_and_state_dir() -> None:
-    """Moved kubelet root (trailing slash too), CDI on, another state dir: mounts follow."""
+    """Moved kubelet root (trailing slash too), CDI on, another state dir: mounts follow; CDI on
+    also mounts the runtimes' config directories read-only (does the runtime apply CDI?)."""
     assert host_mounts(render(FULL_VALUES)) == {
         "/var/lib/k0s/kubelet/device-plugins": ("/var/lib/k0s/kubelet/device-plugins", False),
         "/var/lib/k0s/kubelet/pod-resources": ("/var/lib/k0s/kubelet/pod-resources", True),
@@ -255,6 +256,8 @@ def test_full_host_paths_follow_kubelet_root_cdi_and_state_dir() -> None:
             False,
         ),
         "/etc/cdi": ("/etc/cdi", False),
+        "/etc/containerd": ("/etc/containerd", True),
+        "/etc/isulad": ("/etc/isulad", True),
     }
 
 

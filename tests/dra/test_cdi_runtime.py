@@ -12,7 +12,7 @@ import pytest
 from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_SLICES, JsonObject
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container.node_files import ContainerFiles
-from kae_deviceplugin.dra.cdi_runtime import CdiSupport, cdi_support, read_config
+from kae_deviceplugin.container.runtime_cdi import CdiSupport, cdi_support, read_config
 from kae_deviceplugin.dra.frontend import DraFrontEnd
 from kae_deviceplugin.testing.dra_claims import Result
 from kae_deviceplugin.testing.sysfs_trees import TREES

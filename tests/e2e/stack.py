@@ -75,8 +75,8 @@ FEATURES: dict[str, tuple[Callable[[Stack], bool], str]] = {
     ),
     "cdi": (
         lambda s: s.cdi,
-        "the runtime applies no CDI devices (containerd 1.7 with enable_cdi = false): DRA and "
-        "--cdi on cannot give a container its devices",
+        "the runtime applies no CDI devices (containerd 1.7 with enable_cdi = false): DRA "
+        "cannot give a container its devices, and --cdi on names device nodes instead",
     ),
     "cdi-off": (
         lambda s: not s.cdi and s.containerd.startswith("1.7."),

@@ -1,5 +1,7 @@
 """CDI mode on containerd 2: the kubelet passes the plugin's cdi_devices to the runtime, which
-resolves them from the plugin's spec file and gives the container the devices."""
+resolves them from the plugin's spec file and gives the container the devices. On containerd 1.7
+with enable_cdi = false, which would drop them, the plugin reads the runtime's config and names
+the device nodes instead."""
 
 from __future__ import annotations
 
@@ -91,3 +93,37 @@ def test_cdi_mode_on_a_fixture_tree_with_the_sysfs_view(
         assert_sees_only_its_devices(report, tree)
     finally:
         cluster.delete_pod("kae-cdi-view")
+
+
+@pytest.mark.needs("cdi-off")
+@pytest.mark.timeout(300)
+def test_cdi_mode_over_a_runtime_with_cdi_off_names_the_device_nodes(
+    cluster: Cluster,
+    tree_factory: Callable[[str], FixtureTree],
+    plugin_factory: Callable[..., Plugin],
+) -> None:
+    """--cdi on, on containerd 1.7 with enable_cdi = false: CDI names would reach a runtime
+    that drops them, so Allocate names the device nodes (the CRI config carries raw device
+    specs, no CDI names); the pod runs with exactly its devices, and the log says why, once."""
+    tree = tree_factory(TREE)
+    cdi_dir = cluster.kubelet_root.parent / "cdi"
+    args = [
+        "--cdi",
+        "on",
+        "--cdi-dir",
+        str(cdi_dir),
+        "--runtime-config",
+        str(cluster.runtime_config),
+    ]
+    plugin = plugin_factory(tree, "kubelet-socket", args)
+    cluster.wait_resources(capacity=tree.counts(), allocatable=tree.counts())
+    try:
+        report = run_reporting(cluster, "kae-cdi-off", {"hpre": 1, "sec": 1})
+        names = allocated_names(report)
+        assert report.dev == names and len(names) == 2, report
+        config = _container_info(cluster, "kae-cdi-off")["info"]["config"]
+        assert not config.get("CDI_devices", config.get("cdi_devices")), config
+        assert {d["container_path"] for d in config["devices"]} == {f"/dev/{n}" for n in names}
+    finally:
+        cluster.delete_pod("kae-cdi-off")
+    assert plugin.log_text().count("cdi is on but containerd does not apply CDI devices") == 1

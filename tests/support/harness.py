@@ -32,7 +32,9 @@ def short_tmpdir() -> Iterator[Path]:
 
 
 def settings_for(workdir: Path, **changes: Any) -> Settings:
-    """The demo's sandbox settings (everything under ``workdir``), with ``changes`` applied."""
+    """The demo's sandbox settings (everything under ``workdir``), with ``changes`` applied.
+    The runtime config is an absent file in ``workdir``, not this machine's /etc/containerd."""
+    changes.setdefault("runtime_config", workdir / "absent-runtime-config.toml")
     return dataclasses.replace(demo_settings(workdir), **changes)
 
 

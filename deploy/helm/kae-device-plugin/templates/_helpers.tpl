@@ -120,9 +120,10 @@ variant's values are merged as configmap.yaml and daemonset.yaml merge them (a c
 {{- printf "%s/plugins/kae.openfuyao.com" (include "kae.kubeletRoot" .) }}
 {{- end }}
 
-{{/* The host directories holding the container runtime's config, which the DRA driver reads to
-tell whether CDI devices are applied: config.dra.runtimeConfig's directory, else containerd's and
-iSulad's own (both: the chart does not know which runtime a node runs). */}}
+{{/* The host directories holding the container runtime's config, which the daemon reads (DRA
+mode, and cdi.enabled) to tell whether CDI devices are applied: config.dra.runtimeConfig's
+directory, else containerd's and iSulad's own (both: the chart does not know which runtime a node
+runs). */}}
 {{- define "kae.runtimeConfigDirs" -}}
 {{- with (.Values.config.dra | default dict).runtimeConfig }}{{ dir . }}{{ else }}/etc/containerd /etc/isulad{{ end }}
 {{- end }}

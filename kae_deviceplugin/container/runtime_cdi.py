@@ -10,6 +10,14 @@ build option whose ``enable-cdi`` daemon setting defaults to false. So the drive
 Node's ``status.nodeInfo.containerRuntimeVersion`` (``containerd://1.7.35``) and, where the
 answer depends on a setting, the runtime's own configuration file; a runtime that does not
 apply CDI gets no claim (see the front end), and the reason names the setting to change.
+
+The device plugin's ``cdi: on`` names its devices as CDI devices in Allocate instead of device
+nodes and mounts, so the same runtime would start its containers without them. It has no Node
+to read (no API access in that mode), so it judges from the runtime's config files alone
+(``from_configs``): a containerd config of version 3 (only 2.x reads it) or with
+``enable_cdi = true`` applies CDI, an explicit ``enable_cdi = false`` (what containerd 1.7's
+``config default`` writes) or an iSulad config without ``enable-cdi`` does not, anything else
+cannot be told and the setting is trusted.
 """
 
 from __future__ import annotations
@@ -122,6 +130,50 @@ def cdi_support(
     if name == "cri-o":
         return CdiSupport(True, runtime)  # on by default since CRI-O 1.23
     return CdiSupport(None, runtime or "an unknown runtime")
+
+
+def _containerd_from_config(config: bytes, path: Path) -> CdiSupport:
+    try:
+        document = tomllib.loads(config.decode())
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return CdiSupport(None, "containerd")
+    version = document.get("version")
+    if isinstance(version, int) and version >= 3:
+        return CdiSupport(True, "containerd 2")
+    cri = document.get("plugins", {}).get(CRI_PLUGIN, {})
+    setting = cri.get("enable_cdi") if isinstance(cri, dict) else None
+    if setting is None:
+        return CdiSupport(None, "containerd")
+    if setting is True:
+        return CdiSupport(True, "containerd")
+    return CdiSupport(False, "containerd", (
+        f"containerd does not apply CDI devices: enable_cdi = false under "
+        f'[plugins."{CRI_PLUGIN}"] in {path}'
+    ))  # fmt: skip
+
+
+def config_paths(chosen: Path | None) -> tuple[Path | None, Path | None]:
+    """The containerd and iSulad config files to read: ``chosen`` (``runtime_config``) as the
+    one its format says (``.json``: iSulad's), else both runtimes' own."""
+    if chosen is None:
+        return CONTAINERD_CONFIG, ISULAD_CONFIG
+    return (None, chosen) if chosen.suffix == ".json" else (chosen, None)
+
+
+def from_configs(containerd: Path | None, isulad: Path | None) -> CdiSupport:
+    """What the runtime whose config file is present does with CDI devices, judged from that
+    file alone (the device plugin's case: no Node to name the runtime and its version)."""
+    try:
+        containerd_config = None if containerd is None else read_config(containerd)
+        isulad_config = None if isulad is None else read_config(isulad)
+    except OSError as err:
+        log.warning("cannot tell whether the runtime applies CDI devices: %s", err)
+        return CdiSupport(None, "the runtime")
+    if containerd is not None and containerd_config is not None and isulad_config is None:
+        return _containerd_from_config(containerd_config, containerd)
+    if isulad is not None and isulad_config is not None and containerd_config is None:
+        return _isulad("isulad", isulad_config, isulad)
+    return CdiSupport(None, "the runtime")  # neither file, or both: which one runs is unknown
 
 
 def read_config(path: Path) -> bytes | None:
