@@ -35,6 +35,9 @@ from tests.e2e.dra import (
 )
 from tests.e2e.pods import read_report, wait_running
 
+# What the stack must have (tests/e2e/stack.py): on one that lacks it the module skips, naming why.
+pytestmark = pytest.mark.needs("dra", "cdi")
+
 TREE = "kunpeng920-2p"
 ENGINES = ("hpre", "sec", "zip")
 REBOOTED = "kae-reboot"

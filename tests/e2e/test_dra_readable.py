@@ -34,6 +34,9 @@ from tests.e2e.dra import (
 )
 from tests.e2e.pods import wait_running
 
+# What the stack must have (tests/e2e/stack.py): on one that lacks it the module skips, naming why.
+pytestmark = pytest.mark.needs("dra", "cdi", "dra-taints")
+
 TREE = "kunpeng920-2p"
 PODS = ("kae-read-held", "kae-read-sm2", "kae-read-numa", "kae-read-tainted")
 TEMPLATES = ("kae-read-hpre", "kae-read-sm2", "kae-read-numa", "kae-read-tainted")

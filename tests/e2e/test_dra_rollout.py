@@ -45,6 +45,9 @@ from tests.e2e.helm import Release, chart_values
 from tests.e2e.pods import read_report, wait_running
 from tests.e2e.test_helm import helm_binary, plugin_image
 
+# What the stack must have (tests/e2e/stack.py): on one that lacks it the module skips, naming why.
+pytestmark = pytest.mark.needs("dra", "cdi")
+
 __all__ = ["helm_binary", "plugin_image"]  # module fixtures shared with test_helm.py
 
 TREE = "kunpeng920-2p"

@@ -41,6 +41,9 @@ from tests.e2e.dra import (
 )
 from tests.e2e.pods import manifest, pod_resources, wait_running
 
+# What the stack must have (tests/e2e/stack.py): on one that lacks it the module skips, naming why.
+pytestmark = pytest.mark.needs("dra", "cdi", "dra-taints")
+
 TREE = "kunpeng920-2p"
 HELD_KEY = f"{DRIVER}/held-by-device-plugin"
 PODS = ("kae-dp", "kae-dp-other", "kae-pinned", "kae-other", "kae-dra")
