@@ -3,8 +3,8 @@
 #   1. helm lint --strict (values.schema.json included), default values, ci/full-values.yaml and
 #      ci/dra-values.yaml
 #   2. helm template of each value set, then
-#      - kubernetes-validate --strict against Kubernetes 1.25 (1.34 for DRA, the first serving
-#        resource.k8s.io/v1) and the newest version it knows
+#      - kubernetes-validate --strict against Kubernetes 1.29, the chart's floor (1.34 for DRA,
+#        the first serving resource.k8s.io/v1), and the newest version it knows
 #      - scripts/check_custom_resources.py: NodeFeatureRule/ServiceMonitor against deploy/schemas,
 #        and no object left that no validator knows
 #      - `kae-deviceplugin check-config` on the rendered config.yaml (the daemon's own rules)
@@ -51,7 +51,7 @@ render_to() {
 }
 
 kube_validate() {
-    "${PYTHON}" -m kubernetes_validate --strict --quiet -k 1.25.0 -k "${KUBE_LATEST}" "$@"
+    "${PYTHON}" -m kubernetes_validate --strict --quiet -k 1.29.0 -k "${KUBE_LATEST}" "$@"
 }
 
 # DeviceClass (resource.k8s.io/v1) exists from 1.34 on: DRA objects are checked from there.
@@ -85,7 +85,7 @@ for set in default full dra; do
     if [[ "${set}" == dra ]]; then
         step "kubernetes-validate --strict 1.34.0 + ${KUBE_LATEST} (${set})" kube_validate_dra "${rendered}"
     else
-        step "kubernetes-validate --strict 1.25.0 + ${KUBE_LATEST} (${set})" kube_validate "${rendered}"
+        step "kubernetes-validate --strict 1.29.0 + ${KUBE_LATEST} (${set})" kube_validate "${rendered}"
     fi
     step "custom resources vs deploy/schemas (${set})" \
         "${PYTHON}" scripts/check_custom_resources.py "${rendered}"
