@@ -68,6 +68,25 @@ class FloorPlugin(pb_grpc.DevicePluginServicer):
             container_responses=[pb.ContainerAllocateResponse() for _ in request.container_requests]
         )
 
+    # Never called (the options offer neither), but the generated servicer declares them.
+    async def GetPreferredAllocation(
+        self,
+        request: pb.PreferredAllocationRequest,
+        context: grpc.aio.ServicerContext[
+            pb.PreferredAllocationRequest, pb.PreferredAllocationResponse
+        ],
+    ) -> pb.PreferredAllocationResponse:
+        return pb.PreferredAllocationResponse()
+
+    async def PreStartContainer(
+        self,
+        request: pb.PreStartContainerRequest,
+        context: grpc.aio.ServicerContext[
+            pb.PreStartContainerRequest, pb.PreStartContainerResponse
+        ],
+    ) -> pb.PreStartContainerResponse:
+        return pb.PreStartContainerResponse()
+
 
 async def serve(plugin_dir: str, devices: int) -> None:
     servers = []
