@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, KubeconfigError
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -53,6 +51,8 @@ def _text(path: Path) -> str:
 
 
 def _parsed(path: Path, text: str) -> dict[str, Any]:
+    import yaml  # noqa: PLC0415 -- only a kubeconfig file needs it, not the service account
+
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as err:

@@ -1,0 +1,47 @@
+"""The API client's unused modules load on first use, and are then what a plain import gives."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from kae_deviceplugin.apiserver.deferred import API_CLIENT_UNUSED
+
+CHECK = textwrap.dedent(
+    """
+    import sys
+    from kae_deviceplugin.apiserver import lightkube_api  # imports the whole client
+    from kae_deviceplugin.apiserver.deferred import API_CLIENT_UNUSED, executed
+
+    waiting = [n for n in API_CLIENT_UNUSED if not executed(sys.modules[n])]
+    assert waiting == list(API_CLIENT_UNUSED), waiting
+    import yaml
+    import lightkube.models.core_v1
+    from lightkube.models import core_v1
+    from lightkube.core.internal_resources import core_v1 as resources
+    assert core_v1 is sys.modules["lightkube.models.core_v1"] is lightkube.models.core_v1
+    assert not executed(yaml) and not executed(core_v1)
+    assert yaml.safe_load("a: [1]") == {"a": [1]} and executed(yaml)
+    assert core_v1.Pod.__module__ == "lightkube.models.core_v1" and executed(core_v1)
+    assert resources.PodLog.__name__ == "PodLog"
+    try:
+        core_v1.NoSuchModel
+    except AttributeError as err:
+        assert "NoSuchModel" in str(err)
+    else:
+        raise AssertionError("a name the module lacks must raise AttributeError")
+    print("ok")
+    """
+)
+
+
+def test_the_client_leaves_its_unused_modules_unexecuted_until_used() -> None:
+    """In a fresh interpreter (this one may have imported yaml already): importing the client
+    runs none of them; ``import`` statements get the waiting module; the first name read runs
+    it, with the module's own classes and errors."""
+    done = subprocess.run(
+        [sys.executable, "-c", CHECK], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    assert "yaml" in API_CLIENT_UNUSED
