@@ -45,3 +45,29 @@ def test_the_client_leaves_its_unused_modules_unexecuted_until_used() -> None:
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
     assert "yaml" in API_CLIENT_UNUSED
+
+
+def test_an_http_server_without_a_ca_gets_no_trust_store() -> None:
+    """Plain http with no CA: the current cluster's TLS verification is off (the client never
+    handshakes); https, or a CA named, keep their settings; the caller's dict is unchanged."""
+    from kae_deviceplugin.apiserver.lightkube_api import _no_trust_store_for_http
+
+    def config(server: str, **cluster: object) -> dict[str, object]:
+        return {
+            "current-context": "c",
+            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            "clusters": [
+                {"name": "k", "cluster": {"server": server, **cluster}},
+                {"name": "other", "cluster": {"server": "https://elsewhere"}},
+            ],
+        }
+
+    plain = config("http://127.0.0.1:1")
+    changed = _no_trust_store_for_http(plain, "http://127.0.0.1:1")
+    assert changed["clusters"][0]["cluster"]["insecure-skip-tls-verify"] is True
+    assert changed["clusters"][1] == plain["clusters"][1]  # type: ignore[index]
+    assert plain == config("http://127.0.0.1:1")
+    secure = config("https://127.0.0.1:1")
+    assert _no_trust_store_for_http(secure, "https://127.0.0.1:1") is secure
+    with_ca = config("http://127.0.0.1:1", **{"certificate-authority-data": "Zm9v"})
+    assert _no_trust_store_for_http(with_ca, "http://127.0.0.1:1") is with_ca

@@ -130,6 +130,7 @@ def connect(kubeconfig: Path | None) -> LightkubeApi:
     make: Callable[[], KubeConfig]
     if kubeconfig is not None:
         content, server = load_kubeconfig(kubeconfig)
+        content = _no_trust_store_for_http(content, server)
         where, code = str(kubeconfig), EXIT_USAGE
         make = functools.partial(KubeConfig.from_dict, content, fname=kubeconfig)
     else:
@@ -143,6 +144,26 @@ def connect(kubeconfig: Path | None) -> LightkubeApi:
             f"{where}: no client for {server} can be made from it: {_first_line(err)}", code=code
         ) from err
     return LightkubeApi(client, server)
+
+
+def _no_trust_store_for_http(content: dict[str, Any], server: str) -> dict[str, Any]:
+    """``content`` with its current cluster's TLS verification off when its server is plain
+    ``http://`` and names no CA: the client never handshakes with it, yet it would load the
+    system's whole trust store into a TLS context it never uses, ~4 MiB resident. The caller's
+    dict is not changed; an https server, or one with a CA, keeps its settings."""
+    if not server.lower().startswith("http://"):
+        return content
+    context = next(
+        c["context"] for c in content["contexts"] if c.get("name") == content["current-context"]
+    )
+    clusters = [dict(c) for c in content["clusters"]]
+    for entry in clusters:
+        cluster = entry.get("cluster")
+        if entry.get("name") == context.get("cluster") and isinstance(cluster, Mapping):
+            if cluster.get("certificate-authority") or cluster.get("certificate-authority-data"):
+                return content
+            entry["cluster"] = {**cluster, "insecure-skip-tls-verify": True}
+    return {**content, "clusters": clusters}
 
 
 def _first_line(err: BaseException) -> str:
