@@ -35,6 +35,10 @@ API_CLIENT_UNUSED = (
     "yaml",
     "idna",
     "mimetypes",
+    "h2.connection",
+    "h2.events",
+    "h2.exceptions",
+    "h2.settings",
 )
 
 _running = threading.RLock()
