@@ -71,3 +71,44 @@ def test_an_http_server_without_a_ca_gets_no_trust_store() -> None:
     assert _no_trust_store_for_http(secure, "https://127.0.0.1:1") is secure
     with_ca = config("http://127.0.0.1:1", **{"certificate-authority-data": "Zm9v"})
     assert _no_trust_store_for_http(with_ca, "http://127.0.0.1:1") is with_ca
+
+
+JSON_KUBECONFIG = textwrap.dedent(
+    """
+    import json, sys, tempfile
+    from pathlib import Path
+    from kae_deviceplugin.apiserver.deferred import executed
+    from kae_deviceplugin.apiserver.kubeconfig import load_kubeconfig
+
+    config = {
+        "current-context": "c",
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+        "clusters": [{"name": "k", "cluster": {"server": "http://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }
+    path = Path(tempfile.mkdtemp()) / "kubeconfig"
+    path.write_text(json.dumps(config))
+    assert load_kubeconfig(path) == (config, "http://127.0.0.1:1")
+    assert not executed(sys.modules["yaml"]), "a JSON kubeconfig loaded PyYAML"
+    path.write_text("{current-context: c}")  # YAML's flow style: not JSON, read by YAML
+    try:
+        load_kubeconfig(path)
+    except Exception as err:
+        assert "context c" in str(err), err
+    assert executed(sys.modules["yaml"])
+    print("ok")
+    """
+)
+
+
+def test_a_json_kubeconfig_is_read_without_yaml() -> None:
+    """JSON (which is YAML) is read by json; any other text, YAML's flow style included, by
+    PyYAML as before (in a fresh interpreter, where yaml waits unexecuted)."""
+    done = subprocess.run(
+        [sys.executable, "-c", JSON_KUBECONFIG],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
