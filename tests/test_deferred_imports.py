@@ -77,6 +77,7 @@ JSON_KUBECONFIG = textwrap.dedent(
     """
     import json, sys, tempfile
     from pathlib import Path
+    from kae_deviceplugin.apiserver import lightkube_api  # defers yaml
     from kae_deviceplugin.apiserver.deferred import executed
     from kae_deviceplugin.apiserver.kubeconfig import load_kubeconfig
 

@@ -4,9 +4,3 @@ Only the DRA front end (and the CLI's doctor) import it; the device-plugin front
 and `serve` in device-plugin mode loads none of it (an import-linter contract and a test keep
 both true), so that mode's memory at rest does not grow with the client.
 """
-
-from kae_deviceplugin.apiserver.deferred import API_CLIENT_UNUSED, defer
-
-# Before any module of the package imports the client: what it imports and the driver never
-# runs is made importable but left unexecuted until first used (deferred.py says which and why).
-defer(*API_CLIENT_UNUSED)

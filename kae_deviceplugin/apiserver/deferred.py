@@ -2,10 +2,10 @@
 
 lightkube's own modules import every model of ``core/v1`` (``internal_models`` and
 ``internal_resources``, for a pod's logs, exec and eviction) and PyYAML (``config.kubeconfig``,
-for a kubeconfig file); httpx imports ``idna`` (for a
-non-ASCII host name) and ``mimetypes`` (for a multipart upload). The driver calls none of that
-with the pod's service account, yet the imports stayed resident: ~2.5 MiB of the DRA driver at
-rest.
+for a kubeconfig file); httpx imports ``idna`` (for a non-ASCII host name) and ``mimetypes``
+(for a multipart upload), httpcore HTTP/2's ``h2`` (the client speaks HTTP/1.1). The driver
+calls none of that with the pod's service account, yet the imports stayed resident: ~4 MiB of
+the DRA driver at rest. ``lightkube_api`` defers them before it imports the client.
 
 So each of these modules is made as the import system makes it (``module_from_spec``: its
 name, spec, file and, for a package, path), put in ``sys.modules`` and on its parent, but its
@@ -48,7 +48,8 @@ def defer(*names: str) -> None:
     """Make each of ``names`` importable now but executed on first use (see the module's doc).
 
     Every module is in place before any parent package is imported: a parent's ``__init__``
-    (lightkube's imports its whole client) would otherwise import the real module first.
+    (lightkube's imports its whole client) would otherwise import the real module first. So
+    this imports those parents: call it where the client is about to be imported anyway.
     """
     made = [module for name in names if name not in sys.modules for module in _deferred(name)]
     for module in made:

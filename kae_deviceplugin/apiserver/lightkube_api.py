@@ -17,15 +17,27 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx2
-from lightkube import AsyncClient, KubeConfig
-from lightkube.core.exceptions import ApiError as LightkubeApiError
-from lightkube.generic_resource import create_global_resource, create_namespaced_resource
-from lightkube.types import PatchType
+from kae_deviceplugin.apiserver.deferred import API_CLIENT_UNUSED, defer
 
-from kae_deviceplugin.apiserver.kubeconfig import check_service_account, load_kubeconfig
-from kae_deviceplugin.apiserver.seam import JsonObject, Kind, WatchStart
-from kae_deviceplugin.errors import (
+# Before the client's modules import them: what they import and the driver never runs is made
+# importable but left unexecuted until first used (deferred.py says which and why).
+defer(*API_CLIENT_UNUSED)
+
+import httpx2  # noqa: E402
+from lightkube import AsyncClient, KubeConfig  # noqa: E402
+from lightkube.core.exceptions import ApiError as LightkubeApiError  # noqa: E402
+from lightkube.generic_resource import (  # noqa: E402
+    create_global_resource,
+    create_namespaced_resource,
+)
+from lightkube.types import PatchType  # noqa: E402
+
+from kae_deviceplugin.apiserver.kubeconfig import (  # noqa: E402
+    check_service_account,
+    load_kubeconfig,
+)
+from kae_deviceplugin.apiserver.seam import JsonObject, Kind, WatchStart  # noqa: E402
+from kae_deviceplugin.errors import (  # noqa: E402
     EXIT_ENVIRONMENT,
     EXIT_USAGE,
     UNREACHABLE,
