@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Every figure issue 8 asks for, by the stable key the benchmark gives it in every mode.
 MODES = ("uevents", "ticks")
 TREES = ("2p", "mid", "large")
+DRA = ("2p", "mid")  # the trees the DRA driver idles on beside the device plugin
 EXPECTED = (
     {
         "allocate_p50",
@@ -31,6 +32,12 @@ EXPECTED = (
     }
     | {f"health_change_{mode}" for mode in MODES}
     | {f"{kind}_{mode}_{tree}" for kind in ("rss", "idle_cpu") for mode in MODES for tree in TREES}
+    | {
+        f"{kind}_dra_{mode}_{tree}"
+        for kind in ("rss", "idle_cpu")
+        for mode in MODES
+        for tree in DRA
+    }
     | {
         f"scale_{case}_{metric}"
         for case in ("s1", "s2", "s3", "s4", "shared")
@@ -52,6 +59,9 @@ TARGETED = {
 }
 RESIDENT = {
     f"{kind}_{mode}_{tree}" for kind in ("rss", "idle_cpu") for mode in MODES for tree in TREES
+}
+DRA_RESIDENT = {
+    f"{kind}_dra_{mode}_{tree}" for kind in ("rss", "idle_cpu") for mode in MODES for tree in DRA
 }
 
 
@@ -91,7 +101,7 @@ def test_smoke_run_prints_every_figure(tmp_path: Path) -> None:
     judged = {"scan_large"} | {
         f"{kind}_{mode}_{tree}"
         for mode in MODES
-        for kind, tree in (("rss", "2p"), ("idle_cpu", "mid"))
+        for kind, tree in (("rss", "2p"), ("idle_cpu", "mid"), ("rss_dra", "2p"))
     }
     for key in TARGETED | judged:
         measured = figures[key]["median"] is not None or figures[key]["p99"] is not None
@@ -104,8 +114,15 @@ def test_smoke_run_prints_every_figure(tmp_path: Path) -> None:
         assert "floor plugin" in figures[key]["reference"], f"{key} without the floor's figure"
         if key.startswith("rss"):
             assert figures[key]["ratio"] is not None, f"{key} without its ratio to the floor"
+    for key in DRA_RESIDENT:  # the DRA driver, measured in the same window
+        if figures[key]["median"] is None:
+            continue
+        reference = "floor plugin" if key.startswith("rss") else "device plugin"
+        assert reference in figures[key]["reference"], f"{key} without its reference"
+        assert figures[key]["ratio"] is not None or key.startswith("idle"), key
     assert "How cost grows" in done.stdout
     assert "At rest in both modes" in done.stdout
     table = done.stdout.split("At rest in both modes", 1)[1]
     for mode in ("uevents", "every tick"):
         assert f"idle CPU, {mode}" in table and f"RSS, {mode}" in table, table
+    assert "DRA driver, " in table, table

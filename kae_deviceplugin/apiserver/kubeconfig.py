@@ -11,13 +11,12 @@ context is checked: it is the only one the driver uses.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, KubeconfigError
 
@@ -53,13 +52,9 @@ def _text(path: Path) -> str:
 
 
 def _parsed(path: Path, text: str) -> dict[str, Any]:
-    try:
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(err, "problem", None) or type(err).__name__
-        raise _bad(path, f"is not YAML: {problem}{where}") from None
+    loaded = _json(text)
+    if loaded is _NOT_JSON:
+        loaded = _yaml(path, text)
     if loaded is None:
         raise _bad(path, "is empty: a kubeconfig names a cluster, a user and a current-context")
     if not isinstance(loaded, dict):
@@ -68,6 +63,33 @@ def _parsed(path: Path, text: str) -> dict[str, Any]:
             path, f"is no kubeconfig: a YAML {kind} where clusters, contexts and users belong"
         )
     return loaded
+
+
+_NOT_JSON = object()
+
+
+def _json(text: str) -> Any:
+    """A kubeconfig written as JSON (which is YAML: kubectl reads both) without loading PyYAML,
+    ~0.6 MiB resident for the daemon's life; ``_NOT_JSON`` for any other text, which YAML reads
+    (and explains, if it cannot)."""
+    if not text.lstrip().startswith("{"):
+        return _NOT_JSON
+    try:
+        return json.loads(text)
+    except ValueError:  # YAML's flow style, or broken: YAML decides, and says where
+        return _NOT_JSON
+
+
+def _yaml(path: Path, text: str) -> Any:
+    import yaml  # noqa: PLC0415 -- only a YAML kubeconfig file needs it, not the service account
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise _bad(path, f"is not YAML: {problem}{where}") from None
 
 
 def _named(path: Path, config: Mapping[str, Any], section: str, key: str) -> dict[str, Any]:

@@ -17,15 +17,27 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx2
-from lightkube import AsyncClient, KubeConfig
-from lightkube.core.exceptions import ApiError as LightkubeApiError
-from lightkube.generic_resource import create_global_resource, create_namespaced_resource
-from lightkube.types import PatchType
+from kae_deviceplugin.apiserver.deferred import API_CLIENT_UNUSED, defer
 
-from kae_deviceplugin.apiserver.kubeconfig import check_service_account, load_kubeconfig
-from kae_deviceplugin.apiserver.seam import JsonObject, Kind, WatchStart
-from kae_deviceplugin.errors import (
+# Before the client's modules import them: what they import and the driver never runs is made
+# importable but left unexecuted until first used (deferred.py says which and why).
+defer(*API_CLIENT_UNUSED)
+
+import httpx2  # noqa: E402
+from lightkube import AsyncClient, KubeConfig  # noqa: E402
+from lightkube.core.exceptions import ApiError as LightkubeApiError  # noqa: E402
+from lightkube.generic_resource import (  # noqa: E402
+    create_global_resource,
+    create_namespaced_resource,
+)
+from lightkube.types import PatchType  # noqa: E402
+
+from kae_deviceplugin.apiserver.kubeconfig import (  # noqa: E402
+    check_service_account,
+    load_kubeconfig,
+)
+from kae_deviceplugin.apiserver.seam import JsonObject, Kind, WatchStart  # noqa: E402
+from kae_deviceplugin.errors import (  # noqa: E402
     EXIT_ENVIRONMENT,
     EXIT_USAGE,
     UNREACHABLE,
@@ -130,6 +142,7 @@ def connect(kubeconfig: Path | None) -> LightkubeApi:
     make: Callable[[], KubeConfig]
     if kubeconfig is not None:
         content, server = load_kubeconfig(kubeconfig)
+        content = _no_trust_store_for_http(content, server)
         where, code = str(kubeconfig), EXIT_USAGE
         make = functools.partial(KubeConfig.from_dict, content, fname=kubeconfig)
     else:
@@ -143,6 +156,26 @@ def connect(kubeconfig: Path | None) -> LightkubeApi:
             f"{where}: no client for {server} can be made from it: {_first_line(err)}", code=code
         ) from err
     return LightkubeApi(client, server)
+
+
+def _no_trust_store_for_http(content: dict[str, Any], server: str) -> dict[str, Any]:
+    """``content`` with its current cluster's TLS verification off when its server is plain
+    ``http://`` and names no CA: the client never handshakes with it, yet it would load the
+    system's whole trust store into a TLS context it never uses, ~4 MiB resident. The caller's
+    dict is not changed; an https server, or one with a CA, keeps its settings."""
+    if not server.lower().startswith("http://"):
+        return content
+    context = next(
+        c["context"] for c in content["contexts"] if c.get("name") == content["current-context"]
+    )
+    clusters = [dict(c) for c in content["clusters"]]
+    for entry in clusters:
+        cluster = entry.get("cluster")
+        if entry.get("name") == context.get("cluster") and isinstance(cluster, Mapping):
+            if cluster.get("certificate-authority") or cluster.get("certificate-authority-data"):
+                return content
+            entry["cluster"] = {**cluster, "insecure-skip-tls-verify": True}
+    return {**content, "clusters": clusters}
 
 
 def _first_line(err: BaseException) -> str:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +61,8 @@ def _containerd_enables_cdi(config: bytes | None) -> bool:
     """``enable_cdi`` of the CRI plugin in a containerd 1.7 config; absent means false."""
     if config is None:
         return False
+    import tomllib  # noqa: PLC0415 -- only a containerd 1.7 config is read with it, once
+
     try:
         document = tomllib.loads(config.decode())
     except (UnicodeDecodeError, tomllib.TOMLDecodeError):
