@@ -134,6 +134,8 @@ def cdi_support(
 
 
 def _containerd_from_config(config: bytes, path: Path) -> CdiSupport:
+    import tomllib  # noqa: PLC0415 -- as above: only where a config is read, once
+
     try:
         document = tomllib.loads(config.decode())
     except (UnicodeDecodeError, tomllib.TOMLDecodeError):
