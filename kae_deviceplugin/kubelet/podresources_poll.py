@@ -123,6 +123,10 @@ class HoldersPoll:
 
     async def _ask(self) -> Holders:
         if self._channel is None:
+            # No socket, no kubelet to ask: say so without making (and tearing down) a gRPC
+            # channel every interval, which was most of an idle driver's CPU.
+            if not self.socket.exists():
+                raise PodResourcesUnavailable("absent", f"{self.socket} does not exist")
             self._channel = open_channel(self.socket)
         try:
             response = await list_on(self._channel, self.socket, self.timeout)
