@@ -71,8 +71,11 @@ class ScanLoop:
     async def run(self) -> None:
         while True:
             self.tick()
-            if await wait_until_set(self.rescan_now, self.settings.scan_interval):
-                # Woken by an event (udev, SIGHUP): static attributes may have changed too.
+            await wait_until_set(self.rescan_now, self.settings.scan_interval)
+            # Asked by an event (udev, SIGHUP): static attributes may have changed too. Read
+            # from the event, not the wait's result: a request that lands in the same loop
+            # turn as the timeout ends the wait with "timed out" and would be lost here.
+            if self.rescan_now.is_set():
                 self.scanner.invalidate()
             self.rescan_now.clear()
             await self.maybe_reload()
