@@ -1,0 +1,164 @@
+"""One workload of the scheduling benchmark: N pods created at once, timed to their binding.
+
+A watch on the namespace's pods, opened before the first create, stamps each pod when the event
+showing its ``spec.nodeName`` arrives; a pod's create stamp is taken just before its POST. The
+rate is the pods bound over the time from the first create to the last binding. Afterwards every
+pod is deleted (grace 0: no kubelet has to agree) and the run waits until no ResourceClaim is
+left in the namespace, so the next workload starts from empty nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from sched_objects import NAMESPACE, RESOURCE, Json, Kube, bounded, pod_body
+
+from kae_deviceplugin.dra.slice_devices import NUMA_NODE
+
+PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+CLAIMS = f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims"
+CLEAN_WAIT = 300.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    key: str
+    label: str
+    template: str | None = None  # a ResourceClaimTemplate of sched_objects.TEMPLATES
+    extended: str | None = None  # an extended resource in the limits
+    slices: str = ""  # "full", "minimal" or "" (device-plugin nodes, no slices)
+
+
+@dataclass
+class Outcome:
+    """One run of a workload: per pod its create and bind stamps, and what went wrong."""
+
+    workload: Workload
+    created: dict[str, float] = field(default_factory=dict)
+    created_done: float = 0.0
+    bound: dict[str, float] = field(default_factory=dict)
+    unschedulable: Counter[str] = field(default_factory=Counter)
+    checks: list[str] = field(default_factory=list)
+    load: float = 0.0
+
+    @property
+    def latencies(self) -> list[float]:
+        return [self.bound[p] - self.created[p] for p in self.bound if p in self.created]
+
+    @property
+    def span(self) -> float:
+        return max(self.bound.values()) - min(self.created.values()) if self.bound else 0.0
+
+
+async def _watch(kube: Kube, version: str, out: Outcome) -> None:
+    async for event in kube.watch(PODS, version):
+        obj = event["object"]
+        name = obj["metadata"]["name"]
+        if obj.get("spec", {}).get("nodeName") and name not in out.bound:
+            out.bound[name] = time.monotonic()
+        for cond in obj.get("status", {}).get("conditions", []):
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                out.unschedulable[str(cond.get("message", ""))[:200]] += 1
+
+
+async def run_workload(kube: Kube, work: Workload, pods: int, timeout: float) -> Outcome:
+    out = Outcome(work, load=_load())
+    listed = await kube.call("GET", PODS)
+    watcher = asyncio.create_task(_watch(kube, listed["metadata"]["resourceVersion"], out))
+    await asyncio.sleep(0.2)  # the watch request is on its way before the first create
+
+    async def create(name: str) -> None:
+        out.created[name] = time.monotonic()
+        await kube.call("POST", PODS, pod_body(name, work.template, work.extended))
+
+    names = [f"{work.key.replace('_', '-')}-{i:05d}" for i in range(pods)]
+    try:
+        await bounded(create, names)
+        out.created_done = time.monotonic()
+        deadline = time.monotonic() + timeout
+        while len(out.bound) < pods and time.monotonic() < deadline and not watcher.done():
+            await asyncio.sleep(0.05)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watcher
+    if work.template is not None:
+        out.checks += await check_claims(kube, work, len(out.bound))
+    return out
+
+
+def _load() -> float:
+    import os
+
+    return os.getloadavg()[0]
+
+
+async def check_claims(kube: Kube, work: Workload, bound: int) -> list[str]:
+    """Every bound pod's claim is allocated, and for the NUMA pair on one NUMA node."""
+    claims = (await kube.call("GET", CLAIMS))["items"]
+    allocated = [c for c in claims if c.get("status", {}).get("allocation")]
+    problems = [] if len(allocated) >= bound else [f"{bound} pods bound, {len(allocated)} claims"]
+    if work.template == "numa-pair":
+        numa = await device_numa(kube)
+        for claim in allocated:
+            results = claim["status"]["allocation"]["devices"]["results"]
+            nodes = {numa.get((r["pool"], r["device"])) for r in results}
+            if len(results) != 2 or len(nodes) != 1:
+                problems.append(f"claim {claim['metadata']['name']}: {results}")
+    return problems[:5]
+
+
+async def device_numa(kube: Kube) -> dict[tuple[str, str], Any]:
+    slices = (await kube.call("GET", f"{RESOURCE}/resourceslices"))["items"]
+    return {
+        (s["spec"]["pool"]["name"], d["name"]): d["attributes"][NUMA_NODE]["int"]
+        for s in slices
+        for d in s["spec"]["devices"]
+    }
+
+
+async def clean(kube: Kube) -> float:
+    """Delete every pod (grace 0) and wait until no pod and no claim is left; the seconds."""
+    started = time.monotonic()
+    await kube.call("DELETE", PODS, {"gracePeriodSeconds": 0})
+    deadline = started + CLEAN_WAIT
+    while time.monotonic() < deadline:
+        pods = (await kube.call("GET", PODS + "?limit=1"))["items"]
+        claims = (await kube.call("GET", CLAIMS))["items"]
+        if not pods and not claims:
+            return time.monotonic() - started
+        if not pods:
+            # A claim that outlived its pod and is not being deleted: delete it.
+            stale = [
+                c["metadata"]["name"] for c in claims if not c["metadata"].get("deletionTimestamp")
+            ]
+            await bounded(lambda c: kube.call("DELETE", f"{CLAIMS}/{c}", ok=(404,)), stale)
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"pods or claims left after {CLEAN_WAIT:.0f} s")
+
+
+def rate(out: Outcome) -> float:
+    return len(out.bound) / out.span if out.span else 0.0
+
+
+def creation_rate(out: Outcome) -> float:
+    first = min(out.created.values())
+    return len(out.created) / (out.created_done - first) if out.created_done > first else 0.0
+
+
+def summary(out: Outcome) -> Json:
+    return {
+        "workload": out.workload.key,
+        "pods": len(out.created),
+        "bound": len(out.bound),
+        "rate": rate(out),
+        "creation_rate": creation_rate(out),
+        "unschedulable": dict(out.unschedulable.most_common(3)),
+        "checks": out.checks,
+        "load": out.load,
+    }
