@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2 as httpx
 from sched_objects import NAMESPACE, RESOURCE, Json, Kube, bounded, pod_body
 
 from kae_deviceplugin.dra.slice_devices import NUMA_NODE
@@ -44,6 +45,7 @@ class Outcome:
     bound: dict[str, float] = field(default_factory=dict)
     unschedulable: Counter[str] = field(default_factory=Counter)
     checks: list[str] = field(default_factory=list)
+    watch_errors: list[str] = field(default_factory=list)
     load: float = 0.0
 
     @property
@@ -56,14 +58,31 @@ class Outcome:
 
 
 async def _watch(kube: Kube, version: str, out: Outcome) -> None:
-    async for event in kube.watch(PODS, version):
-        obj = event["object"]
-        name = obj["metadata"]["name"]
-        if obj.get("spec", {}).get("nodeName") and name not in out.bound:
-            out.bound[name] = time.monotonic()
-        for cond in obj.get("status", {}).get("conditions", []):
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                out.unschedulable[str(cond.get("message", ""))[:200]] += 1
+    """Stamp bindings as they arrive; a watch that ends or fails is resumed from the last
+    version seen (a 410 Gone re-lists: pods bound meanwhile are stamped at the list)."""
+    while True:
+        try:
+            async for event in kube.watch(PODS, version):
+                obj = event["object"]
+                if event["type"] == "ERROR":
+                    raise RuntimeError(f"watch error: {obj.get('message', obj)}")
+                version = obj["metadata"]["resourceVersion"]
+                _seen(obj, out)
+        except (RuntimeError, ValueError, KeyError, httpx.HTTPError) as err:
+            out.watch_errors.append(str(err)[:200])
+            listed = await kube.call("GET", PODS)
+            for obj in listed["items"]:
+                _seen(obj, out)
+            version = listed["metadata"]["resourceVersion"]
+
+
+def _seen(obj: Json, out: Outcome) -> None:
+    name = obj["metadata"]["name"]
+    if obj.get("spec", {}).get("nodeName") and name not in out.bound:
+        out.bound[name] = time.monotonic()
+    for cond in obj.get("status", {}).get("conditions", []):
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            out.unschedulable[str(cond.get("message", ""))[:200]] += 1
 
 
 async def run_workload(kube: Kube, work: Workload, pods: int, timeout: float) -> Outcome:
@@ -87,9 +106,19 @@ async def run_workload(kube: Kube, work: Workload, pods: int, timeout: float) ->
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await watcher
+    if len(out.bound) < pods:
+        out.checks.append(await unbound(kube, pods - len(out.bound)))
     if work.template is not None:
         out.checks += await check_claims(kube, work, len(out.bound))
     return out
+
+
+async def unbound(kube: Kube, missing: int) -> str:
+    """Why pods are not bound, as the API has it."""
+    pods = (await kube.call("GET", PODS))["items"]
+    waiting = [p for p in pods if not p["spec"].get("nodeName")]
+    conditions = [c for p in waiting[:1] for c in p.get("status", {}).get("conditions", [])]
+    return f"{missing} pods not bound by the deadline ({len(waiting)} in the API): {conditions}"
 
 
 def _load() -> float:
@@ -160,5 +189,6 @@ def summary(out: Outcome) -> Json:
         "creation_rate": creation_rate(out),
         "unschedulable": dict(out.unschedulable.most_common(3)),
         "checks": out.checks,
+        "watch_errors": out.watch_errors[:3],
         "load": out.load,
     }
