@@ -35,8 +35,8 @@ from sched_objects import (  # noqa: E402
     prepare_namespace,
     set_device_plugin,
 )
-from sched_plane import control_plane, version  # noqa: E402
-from sched_run import Outcome, Workload, clean, run_workload, summary  # noqa: E402
+from sched_plane import Plane, control_plane, version  # noqa: E402
+from sched_run import Metrics, Outcome, Workload, clean, run_workload, summary  # noqa: E402
 
 from kae_deviceplugin.dra.slices import NodeRef  # noqa: E402
 
@@ -47,19 +47,21 @@ BY_ALG = Workload("claim_alg", "(c) claim: an HPRE by algorithm", "by-alg", slic
 PAIR = Workload("claim_numa", "(d) claim: HPRE + SEC, matchAttribute numaNode", "numa-pair",
                 slices="full")  # fmt: skip
 BY_ALG_MIN = Workload("claim_alg_min", "(c) on the minimal slice", "by-engine", slices="minimal")
+METRICS: dict[str, Metrics] = {}  # the scheduler's, while it runs
 PAIR_MIN = Workload("claim_numa_min", "(d) on the minimal slice", "numa-pair", slices="minimal")
 
 
 async def run_one(kube: Kube, work: Workload, pods: int, results: list[Outcome]) -> None:
     progress(f"  {work.key}: {pods} pods ...")
-    out = await run_workload(kube, work, pods, timeout=max(60.0, pods / 2))
+    out = await run_workload(kube, work, pods, max(60.0, pods / 2), METRICS.get("scheduler"))
     cleaned = await clean(kube)
     progress(f"    {summary(out)} (cleaned in {cleaned:.1f} s)")
     results.append(out)
 
 
-async def measure(args: argparse.Namespace, server: str, ca: Path, token: str) -> dict[str, Any]:
-    kube = Kube(server, ca, token)
+async def measure(args: argparse.Namespace, plane: Plane) -> dict[str, Any]:
+    kube = Kube(plane.server, plane.ca, plane.token)
+    METRICS["scheduler"] = Metrics(plane.scheduler_port)
     results: list[Outcome] = []
     setup: dict[str, float] = {}
     try:
@@ -73,6 +75,7 @@ async def measure(args: argparse.Namespace, server: str, ca: Path, token: str) -
         await dra_phases(kube, args, nodes, results, setup)
     finally:
         await kube.close()
+        await METRICS.pop("scheduler").close()
     return {"outcomes": results, "setup": setup}
 
 
@@ -120,7 +123,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="what our slices cost the scheduler")
     parser.add_argument("--nodes", type=int, help="synthetic nodes [1000]")
     parser.add_argument("--pods", type=int, help="pods per workload [500]")
-    parser.add_argument("--rounds", type=int, default=2, help="ABBA rounds of (c) and (d) [2]")
+    parser.add_argument("--rounds", type=int, default=4, help="ABBA rounds of (c) and (d) [4]")
     parser.add_argument("--smoke", action="store_true", help="20 nodes, 20 pods: runs only")
     parser.add_argument("--bin", type=Path, help="directory of the 1.37.2 binaries")
     parser.add_argument("--format", choices=["text", "markdown"], default="text")
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     with control_plane(args.bin) as plane:
         info["kubernetes"] = version(plane.binaries)
         progress(f"control plane {info['kubernetes']} up in {time.monotonic() - started:.1f} s")
-        run = asyncio.run(measure(args, plane.server, plane.ca, plane.token))
+        run = asyncio.run(measure(args, plane))
     info["seconds"] = time.monotonic() - started
     facts = slice_facts()
     rows = figures(run["outcomes"], facts, run["setup"], args.nodes)

@@ -36,6 +36,8 @@ def pooled(outcomes: Sequence[Outcome]) -> dict[str, dict[str, Any]]:
         pool["unschedulable"] += sum(out.unschedulable.values())
         pool["checks"] += out.checks
         pool["runs"] += 1
+        for phase, seconds in out.scheduler.items():
+            pool[phase] = pool.get(phase, 0.0) + seconds
     for pool in pools.values():
         pool["rate"] = pool["bound"] / pool["span"] if pool["span"] else 0.0
     return pools
@@ -82,12 +84,29 @@ def _latency_row(key: str, pools: dict[str, dict[str, Any]]) -> Figure:
                   note="" if lat else "no pod bound")  # fmt: skip
 
 
+def _scheduler_row(key: str, pools: dict[str, dict[str, Any]]) -> Figure:
+    """The scheduler's own algorithm time per pod bound (PreFilter to Score), and Filter's."""
+    pool = pools[key]
+    per_pod = {p: 1000 * pool.get(p, 0.0) / max(1, pool["bound"]) for p in ("algorithm", "filter")}
+    ratio, reference = None, f"of which Filter {per_pod['filter']:.1f} ms"
+    minimal = pools.get(key + "_min")
+    if minimal is not None and minimal.get("algorithm"):
+        base = 1000 * minimal["algorithm"] / max(1, minimal["bound"])
+        ratio = per_pod["algorithm"] / base
+        reference = f"minimal slice {base:.1f} ms; {reference}"
+    value = per_pod["algorithm"] if "algorithm" in pool else None
+    return Figure(f"{key}_algorithm", f"{pool['label']}: scheduler's algorithm time per pod",
+                  "ms", value, ratio=ratio, reference=reference,
+                  note="" if value is not None else "n/a (no scheduler metrics)")  # fmt: skip
+
+
 def figures(
     outcomes: Sequence[Outcome], facts: dict[str, Any], setup: dict[str, float], nodes: int
 ) -> list[Figure]:
     pools = pooled(outcomes)
     keys = [k for k in ORDER if k in pools]
     rows = [_rate_row(k, pools) for k in keys] + [_latency_row(k, pools) for k in keys]
+    rows += [_scheduler_row(k, pools) for k in keys]
     full, minimal = facts["full_attributes"], facts["minimal_attributes"]
     rows += [
         Figure("slice_attributes", "attributes and capacities per device, our slice", "",

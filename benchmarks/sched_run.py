@@ -26,6 +26,36 @@ CLAIMS = f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims"
 CLEAN_WAIT = 300.0
 
 
+_EXTENSION = "scheduler_framework_extension_point_duration_seconds_sum{extension_point="
+SUMS = {
+    "algorithm": "scheduler_scheduling_algorithm_duration_seconds_sum",
+    "filter": _EXTENSION + '"Filter"',
+    "prebind": _EXTENSION + '"PreBind"',
+}
+
+
+class Metrics:
+    """The scheduler's own time, from its /metrics: the sums of its histograms of the whole
+    scheduling algorithm (PreFilter to Score, one pod after the other) and of the Filter and
+    PreBind extension points (all attempts, whatever their outcome)."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"https://127.0.0.1:{port}/metrics"
+        self.client = httpx.AsyncClient(verify=False, timeout=30.0)  # its self-signed certificate
+
+    async def seconds(self) -> dict[str, float]:
+        text = (await self.client.get(self.url)).text
+        found = dict.fromkeys(SUMS, 0.0)
+        for line in text.splitlines():
+            for key, prefix in SUMS.items():
+                if line.startswith(prefix):
+                    found[key] += float(line.rsplit(" ", 1)[1])
+        return found
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
 @dataclass(frozen=True)
 class Workload:
     key: str
@@ -47,6 +77,7 @@ class Outcome:
     checks: list[str] = field(default_factory=list)
     watch_errors: list[str] = field(default_factory=list)
     load: float = 0.0
+    scheduler: dict[str, float] = field(default_factory=dict)  # its own seconds, by phase
 
     @property
     def latencies(self) -> list[float]:
@@ -85,8 +116,11 @@ def _seen(obj: Json, out: Outcome) -> None:
             out.unschedulable[str(cond.get("message", ""))[:200]] += 1
 
 
-async def run_workload(kube: Kube, work: Workload, pods: int, timeout: float) -> Outcome:
+async def run_workload(
+    kube: Kube, work: Workload, pods: int, timeout: float, metrics: Metrics | None = None
+) -> Outcome:
     out = Outcome(work, load=_load())
+    before = await metrics.seconds() if metrics else {}
     listed = await kube.call("GET", PODS)
     watcher = asyncio.create_task(_watch(kube, listed["metadata"]["resourceVersion"], out))
     await asyncio.sleep(0.2)  # the watch request is on its way before the first create
@@ -106,6 +140,9 @@ async def run_workload(kube: Kube, work: Workload, pods: int, timeout: float) ->
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await watcher
+    if metrics:
+        after = await metrics.seconds()
+        out.scheduler = {k: after[k] - before[k] for k in after}
     if len(out.bound) < pods:
         out.checks.append(await unbound(kube, pods - len(out.bound)))
     if work.template is not None:
@@ -191,4 +228,5 @@ def summary(out: Outcome) -> Json:
         "checks": out.checks,
         "watch_errors": out.watch_errors[:3],
         "load": out.load,
+        "scheduler": out.scheduler,
     }
