@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with control_plane(args.bin) as plane:
         info["kubernetes"] = version(plane.binaries)
+        info["state_dir"] = str(plane.state)
         progress(f"control plane {info['kubernetes']} up in {time.monotonic() - started:.1f} s")
         run = asyncio.run(measure(args, plane))
     info["seconds"] = time.monotonic() - started
