@@ -22,6 +22,7 @@ def _plane_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("sched_plane", REPO / "benchmarks/sched_plane.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("sched_plane", module)  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
