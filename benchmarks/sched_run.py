@@ -145,7 +145,7 @@ async def run_workload(
         out.scheduler = {k: after[k] - before[k] for k in after}
     if len(out.bound) < pods:
         out.checks.append(await unbound(kube, pods - len(out.bound)))
-    if work.template is not None:
+    if work.slices:  # a claim per pod: from the template, or the scheduler's for (b)
         out.checks += await check_claims(kube, work, len(out.bound))
     return out
 
@@ -165,7 +165,8 @@ def _load() -> float:
 
 
 async def check_claims(kube: Kube, work: Workload, bound: int) -> list[str]:
-    """Every bound pod's claim is allocated, and for the NUMA pair on one NUMA node."""
+    """Every bound pod has an allocated claim (for an extended resource on DRA nodes, the one
+    the scheduler made), and the NUMA pair's devices are on one NUMA node."""
     claims = (await kube.call("GET", CLAIMS))["items"]
     allocated = [c for c in claims if c.get("status", {}).get("allocation")]
     problems = [] if len(allocated) >= bound else [f"{bound} pods bound, {len(allocated)} claims"]
