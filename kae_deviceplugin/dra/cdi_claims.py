@@ -153,7 +153,7 @@ def write_spec(cdi_dir: Path, uid: str, spec: Mapping[str, object]) -> bool:
             return False
         safe_fs.remove_temporaries(fd, spec_file(uid))  # the caller holds the checkpoint lock
         safe_fs.write_file(fd, spec_file(uid), data, mode=0o644)
-        os.fsync(fd)
+        safe_fs.fsync(fd)
     return True
 
 

@@ -220,4 +220,4 @@ class CheckpointFile:
         with safe_fs.open_root(self.directory) as fd:
             safe_fs.remove_temporaries(fd, self.name)
             safe_fs.write_file(fd, self.name, encode(checkpoint), mode=FILE_MODE)
-            os.fsync(fd)  # the rename lives in the directory: make it durable too
+            safe_fs.fsync(fd)  # the rename lives in the directory: make it durable too
