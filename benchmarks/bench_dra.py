@@ -31,6 +31,7 @@ SLICES = f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3D{
 POD_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"
 CLAIMS = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
 TIMEOUT = 120.0
+SETTLE_POD = 1.0  # seconds between the last pod's claim gone and the next pod's POST
 BREAKDOWN: list[Trace] = []  # the last pod_start's pods, for cluster.py's phase table
 SETTLE = 3.0  # seconds after a change in which further writes of the same change are counted
 
@@ -86,8 +87,9 @@ class _Run:
 
 
 def _start(run: _Run, trace: Trace) -> None:
-    """Create the pod, wait for its container to run, delete it and wait until it is gone (and
-    its pre-made claim); the milestones go into ``trace``."""
+    """Create the pod, wait for its container to run, delete it and wait until it and its claim
+    are gone; the milestones go into ``trace``. Each pod starts SETTLE_POD after the last one's
+    claim is gone, so that no kind of pod shares its start with the last one's teardown."""
     api, pods = run.api, run.pods
     premade = f"{trace.pod}-claim" if trace.kind == "premade" else None
     if premade:
@@ -97,6 +99,7 @@ def _start(run: _Run, trace: Trace) -> None:
     else:
         limits = {"hpre": 1} if trace.kind == "device" else {}
         manifest = pod_manifest(run.cluster, trace.pod, limits)
+    time.sleep(SETTLE_POD)
     trace.posted = time.monotonic()
     api.request("POST", POD_PATH, manifest)
     while not trace.running:
@@ -109,11 +112,12 @@ def _start(run: _Run, trace: Trace) -> None:
         _, kind, pod = pods.next(time.monotonic() + TIMEOUT)
         if pod["metadata"]["name"] == trace.pod and kind == "DELETED":
             break
-    run.seen.take(run.claims)
-    run.seen.of(trace, premade)
     if premade:
         api.request("DELETE", f"{CLAIMS}/{premade}")
-        run.seen.wait_gone(run.claims, premade, TIMEOUT)
+    run.seen.take(run.claims)
+    run.seen.of(trace, premade)
+    if trace.claim_uid is not None:  # the template's claim goes with its pod
+        run.seen.wait_gone(run.claims, trace.claim_uid, TIMEOUT)
 
 
 def pod_start(cluster: Cluster, api: KubeApi, work: Path, samples: int) -> Figure:

@@ -49,6 +49,7 @@ PART_NAMES = {
     "fsync": "  of which fsync",
 }
 COUNT = "  fsyncs (a count)"
+STATUS = "answer to the claim's status in the API (off the path)"
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class Trace:
     claim_uid: str | None = None
     claim_made: float | None = None
     allocated: float | None = None
+    status: float | None = None  # the driver's status.devices first seen in the claim
     prepare: Prepare | None = None
 
 
@@ -83,6 +85,7 @@ class ClaimEvents:
 
     made: dict[str, float] = field(default_factory=dict)
     allocated: dict[str, float] = field(default_factory=dict)
+    status: dict[str, float] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
     owners: dict[str, str] = field(default_factory=dict)  # the template's pod, by claim UID
     gone: set[str] = field(default_factory=set)
@@ -103,6 +106,8 @@ class ClaimEvents:
                     self.owners[uid] = owner.get("name", "")
             if claim.get("status", {}).get("allocation"):
                 self.allocated.setdefault(uid, at)
+            if claim.get("status", {}).get("devices"):
+                self.status.setdefault(uid, at)
             if kind == "DELETED":
                 self.gone.add(uid)
 
@@ -113,16 +118,17 @@ class ClaimEvents:
                 trace.claim_uid = uid
                 trace.claim_made = self.made.get(uid)
                 trace.allocated = self.allocated.get(uid)
+                trace.status = self.status.get(uid)
 
-    def wait_gone(self, watch: Watch, name: str, timeout: float) -> None:
-        """Until the claim ``name`` is deleted (its finalizer removed)."""
+    def wait_gone(self, watch: Watch, uid: str, timeout: float) -> None:
+        """Until the claim ``uid`` is deleted (its finalizer removed)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.take(watch)
-            if any(self.names[u] == name for u in self.gone):
+            if uid in self.gone:
                 return
             time.sleep(0.02)
-        raise TimeoutError(f"claim {name} still there after {timeout} s")
+        raise TimeoutError(f"claim {self.names.get(uid, uid)} still there after {timeout} s")
 
 
 def bound_at(trace: Trace, at: float, pod: Mapping[str, Any]) -> None:
@@ -179,6 +185,7 @@ def phases(t: Trace) -> dict[str, float | None]:
         ),
         "bound to running": _span(t.bound, t.running),
         "POST to running": t.running - t.posted,
+        STATUS: _span(None if p is None else p.end, t.status),
     }
 
 
