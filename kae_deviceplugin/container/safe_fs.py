@@ -181,8 +181,14 @@ def replace_symlink(dir_fd: int, name: str, target: str) -> None:
     _rename_over(dir_fd, temporary, name)
 
 
-def write_file(dir_fd: int, name: str, data: bytes, *, mode: int = FILE_MODE) -> None:
-    """Replace ``name`` atomically with a regular file holding ``data`` (readers see old or new)."""
+def write_file(
+    dir_fd: int, name: str, data: bytes, *, mode: int = FILE_MODE, durable: bool = True
+) -> None:
+    """Replace ``name`` atomically with a regular file holding ``data`` (readers see old or new).
+
+    ``durable``: the data is fsynced before the rename, so a power cut after it leaves the old
+    file or the new one, never an empty one. Without it a power cut can leave the file empty or
+    missing: only for files the daemon writes again from its own record after a restart."""
     temporary = _temporary(name)
     remove_entry(dir_fd, temporary)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -192,7 +198,8 @@ def write_file(dir_fd: int, name: str, data: bytes, *, mode: int = FILE_MODE) ->
             os.fchmod(fd, mode)  # the mode os.open applied went through the umask
             out.write(data)
             out.flush()
-            fsync(fd)
+            if durable:
+                fsync(fd)
         _rename_over(dir_fd, temporary, name)
     except BaseException:
         with contextlib.suppress(OSError):

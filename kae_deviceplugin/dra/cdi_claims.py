@@ -146,14 +146,22 @@ def encode_spec(spec: Mapping[str, object]) -> bytes:
 
 
 def write_spec(cdi_dir: Path, uid: str, spec: Mapping[str, object]) -> bool:
-    """Atomically replace the claim's spec file if its content changed; True when written."""
+    """Atomically replace the claim's spec file if its content changed; True when written.
+
+    Atomic (a temporary file renamed over it: the runtime reads the old spec or the new one)
+    but not fsynced: a power cut may take the spec back or leave it empty, and that is
+    repaired before any container can use it. The checkpoint, fsynced before the kubelet is
+    answered, holds what the spec is made from; at start the daemon writes every recorded
+    claim's spec again where it differs (``ClaimPreparer.reconcile``, before the socket
+    serves), and after a reboot the kubelet prepares its claims again before it starts their
+    containers, which writes the spec again too. So the pod start pays for the checkpoint's
+    fsyncs only."""
     data = encode_spec(spec)
     with safe_fs.open_root(cdi_dir) as fd:
         if safe_fs.read_file(fd, spec_file(uid)) == data:
             return False
         safe_fs.remove_temporaries(fd, spec_file(uid))  # the caller holds the checkpoint lock
-        safe_fs.write_file(fd, spec_file(uid), data, mode=0o644)
-        safe_fs.fsync(fd)
+        safe_fs.write_file(fd, spec_file(uid), data, mode=0o644, durable=False)
     return True
 
 
