@@ -179,6 +179,21 @@ def remove_spec_file(cdi_dir: Path, name: str) -> None:
         safe_fs.remove_entry(fd, name)
 
 
+def remove_claim_specs(cdi_dir: Path, uid: str, recorded: str | None) -> str:
+    """Remove the claim's spec files: the one its record names (``recorded``) and the one this
+    version would name (a claim whose record was lost, or never written); no other UID can have
+    a spec. An error text for the kubelet, or "" when none is left."""
+    names = {recorded} if recorded is not None else set()
+    if UID.fullmatch(uid):
+        names.add(spec_file(uid))
+    try:
+        for name in sorted(names):
+            remove_spec_file(cdi_dir, name)
+    except OSError as err:
+        return f"cannot remove the CDI spec: {err}"
+    return ""
+
+
 def spec_uids(cdi_dir: Path) -> set[str]:
     """The UIDs of every claim spec file in the CDI directory (other files are not ours)."""
     with safe_fs.open_root(cdi_dir) as fd:

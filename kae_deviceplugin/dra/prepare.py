@@ -155,7 +155,7 @@ class ClaimPreparer:
         for claim in claims:
             started = times.mark()
             try:
-                results = self._results_now(claim, fetched)
+                results = _results_now(self.state, claim, fetched)
                 answers[claim.uid] = self._write(claim, results, require_healthy=True)[0]
             except (ClaimRefused, OSError, ValueError) as err:
                 answers[claim.uid] = ClaimAnswer(error=str(err))
@@ -168,18 +168,6 @@ class ClaimPreparer:
                 PreparedClaim(claim.uid, claim.namespace, claim.name, results, spec)
             )
         return answers, state, written
-
-    def _results_now(
-        self, claim: ClaimRef, fetched: Mapping[str, tuple[PreparedDevice, ...] | ClaimRefused]
-    ) -> tuple[PreparedDevice, ...]:
-        if claim.uid in self.state.claims:  # prepared before: the checkpoint is the truth
-            return self.state.claims[claim.uid].devices
-        found = fetched.get(claim.uid)
-        if found is None:  # it was prepared and unprepared by calls that ran meanwhile
-            raise ClaimRefused(f"claim {claim} changed while it was read: ask again")
-        if isinstance(found, ClaimRefused):
-            raise found
-        return found
 
     async def _results(self, claim: ClaimRef) -> tuple[PreparedDevice, ...] | ClaimRefused:
         try:
@@ -261,20 +249,10 @@ class ClaimPreparer:
             except OSError as err:
                 return {c.uid: f"cannot record the unprepare: {err}" for c in claims}
             self.state = state
-            return {c.uid: self._remove_specs(c.uid, recorded.get(c.uid)) for c in claims}
-
-    def _remove_specs(self, uid: str, recorded: str | None) -> str:
-        # The file the checkpoint names, and the one this version would name (a claim whose
-        # record was lost, or never written); no other UID can have a spec.
-        names = {recorded} if recorded is not None else set()
-        if cdi_claims.UID.fullmatch(uid):
-            names.add(cdi_claims.spec_file(uid))
-        try:
-            for name in sorted(names):
-                cdi_claims.remove_spec_file(self.cdi_dir, name)
-        except OSError as err:
-            return f"cannot remove the CDI spec: {err}"
-        return ""
+            return {
+                c.uid: cdi_claims.remove_claim_specs(self.cdi_dir, c.uid, recorded.get(c.uid))
+                for c in claims
+            }
 
     async def reconcile(self) -> Reconciled:
         """At start: remove specs no claim holds, bring every checkpointed claim's spec back."""
@@ -295,3 +273,18 @@ class ClaimPreparer:
             except (ClaimRefused, OSError, ValueError) as err:
                 problems.append(str(err))
         return Reconciled(tuple(removed), tuple(rewritten), tuple(problems))
+
+
+def _results_now(
+    state: Checkpoint,
+    claim: ClaimRef,
+    fetched: Mapping[str, tuple[PreparedDevice, ...] | ClaimRefused],
+) -> tuple[PreparedDevice, ...]:
+    if claim.uid in state.claims:  # prepared before: the checkpoint is the truth
+        return state.claims[claim.uid].devices
+    found = fetched.get(claim.uid)
+    if found is None:  # it was prepared and unprepared by calls that ran meanwhile
+        raise ClaimRefused(f"claim {claim} changed while it was read: ask again")
+    if isinstance(found, ClaimRefused):
+        raise found
+    return found
