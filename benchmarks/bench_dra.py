@@ -13,11 +13,13 @@ import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_cluster import pod_manifest, served_plugin, start_one
+from bench_cluster import NAMESPACE, pod_manifest, running, served_plugin
 from bench_core import Figure, median, p99
+from dra_breakdown import KINDS, ClaimEvents, Trace, bound_at, prepares
 from kube_watch import KubeApi, Watch
 
 from tests.e2e.cluster import Cluster, FixtureTree, Plugin, make_plugin
@@ -26,6 +28,11 @@ from tests.e2e.dra import DRIVER, dra_args, request, running_dra_plugin, templat
 TREE = "kunpeng920-2p"
 TEMPLATE = "kae-bench-hpre"
 SLICES = f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3D{DRIVER}"
+POD_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"
+CLAIMS = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
+TIMEOUT = 120.0
+SETTLE_POD = 1.0  # seconds between the last pod's claim gone and the next pod's POST
+BREAKDOWN: list[Trace] = []  # the last pod_start's pods, for cluster.py's phase table
 SETTLE = 3.0  # seconds after a change in which further writes of the same change are counted
 
 
@@ -53,37 +60,100 @@ def served_dra(cluster: Cluster, workdir: Path) -> Iterator[tuple[Plugin, Fixtur
         yield plugin, tree
 
 
-def _claim_pod(cluster: Cluster, name: str) -> dict[str, Any]:
+def _claim_pod(cluster: Cluster, name: str, claim: str | None = None) -> dict[str, Any]:
+    """The pod holding a claim from TEMPLATE, or the pre-made claim ``claim``."""
     pod = pod_manifest(cluster, name, {})
     pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "kae"}]}
-    pod["spec"]["resourceClaims"] = [{"name": "kae", "resourceClaimTemplateName": TEMPLATE}]
+    source = {"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": TEMPLATE}
+    pod["spec"]["resourceClaims"] = [{"name": "kae", **source}]
     return pod
+
+
+def _claim(name: str) -> dict[str, Any]:
+    """A ResourceClaim made before its pod, with the template's request."""
+    spec = template(TEMPLATE, [request("hpre", "hpre")])["spec"]["spec"]
+    metadata = {"name": name, "namespace": NAMESPACE, "labels": {"kae-bench": "pod-start"}}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": metadata,
+            "spec": spec}  # fmt: skip
+
+
+@dataclass
+class _Run:
+    cluster: Cluster
+    api: KubeApi
+    pods: Watch
+    claims: Watch
+    seen: ClaimEvents = field(default_factory=ClaimEvents)
+
+
+def _start(run: _Run, trace: Trace) -> None:
+    """Create the pod, wait for its container to run, delete it and wait until it and its claim
+    are gone; the milestones go into ``trace``. Each pod starts SETTLE_POD after the last one's
+    claim is gone, so that no kind of pod shares its start with the last one's teardown."""
+    api, pods = run.api, run.pods
+    premade = f"{trace.pod}-claim" if trace.kind == "premade" else None
+    if premade:
+        api.request("POST", CLAIMS, _claim(premade))
+    if trace.kind in ("claim", "premade"):
+        manifest = _claim_pod(run.cluster, trace.pod, premade)
+    else:
+        limits = {"hpre": 1} if trace.kind == "device" else {}
+        manifest = pod_manifest(run.cluster, trace.pod, limits)
+    time.sleep(SETTLE_POD)
+    trace.posted = time.monotonic()
+    api.request("POST", POD_PATH, manifest)
+    while not trace.running:
+        at, _, pod = pods.next(trace.posted + TIMEOUT)
+        if pod["metadata"]["name"] == trace.pod:
+            bound_at(trace, at, pod)
+            trace.running = at if running(pod) else 0.0
+    api.request("DELETE", f"{POD_PATH}/{trace.pod}", {"gracePeriodSeconds": 0})
+    while True:
+        _, kind, pod = pods.next(time.monotonic() + TIMEOUT)
+        if pod["metadata"]["name"] == trace.pod and kind == "DELETED":
+            break
+    if premade:
+        api.request("DELETE", f"{CLAIMS}/{premade}")
+    run.seen.take(run.claims)
+    run.seen.of(trace, premade)
+    if trace.claim_uid is not None:  # the template's claim goes with its pod
+        run.seen.wait_gone(run.claims, trace.claim_uid, TIMEOUT)
 
 
 def pod_start(cluster: Cluster, api: KubeApi, work: Path, samples: int) -> Figure:
     """Median create-to-Running with a DRA claim for one HPRE, against the same pod with a
-    device-plugin HPRE and with none, the three interleaved in rotating order."""
-    kinds: dict[str, list[float]] = {"claim": [], "device": [], "none": []}
-    selector = "/api/v1/namespaces/default/pods?labelSelector=kae-bench%3Dpod-start"
-    with served_plugin(cluster, work / "dp", "plugin-watcher"), served_dra(cluster, work / "dra"):
+    device-plugin HPRE and with none (and with a pre-made claim), interleaved in rotating
+    order; the phases of every pod go to ``BREAKDOWN``."""
+    traces: list[Trace] = []
+    selector = f"{POD_PATH}?labelSelector=kae-bench%3Dpod-start"
+    clock_offset = time.time() - time.monotonic()
+    with (
+        served_plugin(cluster, work / "dp", "plugin-watcher"),
+        served_dra(cluster, work / "dra") as (plugin, _tree),
+    ):
         cluster.apply(template(TEMPLATE, [request("hpre", "hpre")]))
         try:
-            with Watch(api, selector) as watch:
-                order = list(kinds)
+            with Watch(api, selector) as pods, Watch(api, CLAIMS) as claims:
+                run = _Run(cluster, api, pods, claims)
+                order = list(KINDS)
                 for i in range(samples):
-                    for kind in order[i % 3 :] + order[: i % 3]:
-                        name = f"bench-dra-{kind}-{i}"
-                        pod = (
-                            _claim_pod(cluster, name)
-                            if kind == "claim"
-                            else pod_manifest(
-                                cluster, name, {"hpre": 1} if kind == "device" else {}
-                            )
-                        )
-                        kinds[kind].append(start_one(api, watch, pod, 120.0))
+                    for kind in order[i % 4 :] + order[: i % 4]:
+                        trace = Trace(kind, f"bench-dra-{kind}-{i}", 0.0)
+                        _start(run, trace)
+                        traces.append(trace)
         finally:
             cluster.kubectl("delete", "resourceclaimtemplate", TEMPLATE, check=False)
-    claim, device, none = (median(kinds[k]) for k in ("claim", "device", "none"))
+            cluster.kubectl("delete", "resourceclaims", "-l", "kae-bench=pod-start", check=False)
+        calls = prepares(plugin.log, clock_offset)
+    for trace in traces:
+        trace.prepare = calls.get(trace.claim_uid or "")
+    BREAKDOWN[:] = traces
+    return _figure(traces, samples)
+
+
+def _figure(traces: list[Trace], samples: int) -> Figure:
+    kinds = {k: [t.running - t.posted for t in traces if t.kind == k] for k in KINDS}
+    claim, premade, device, none = (median(kinds[k]) for k in KINDS)
     return Figure(
         key="cluster_dra_pod_start",
         label=f"pod start with a DRA claim for one HPRE, real cluster ({samples} pods each)",
@@ -92,7 +162,8 @@ def pod_start(cluster: Cluster, api: KubeApi, work: Path, samples: int) -> Figur
         p99=p99(kinds["claim"]),
         ratio=claim / none,
         reference=(
-            f"no device {none:.3f} s; a device-plugin HPRE {device:.3f} s ({device / none:.2f}x)"
+            f"no device {none:.3f} s; a device-plugin HPRE {device:.3f} s ({device / none:.2f}x);"
+            f" a pre-made claim {premade:.3f} s ({premade / none:.2f}x)"
         ),
         target="<= 1.1x",
         met=claim / none <= 1.1,

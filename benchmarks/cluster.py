@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 # The cluster helpers are shared with the e2e tests; this script runs from benchmarks/.
 REPO = Path(__file__).resolve().parents[1]
@@ -68,6 +69,23 @@ def dra_figures(cluster: Cluster, api: KubeApi, work: Path, samples: int) -> lis
         bench_dra.slices_published(cluster, api, work / "start", min(samples, 5)),
         bench_dra.health_to_slice(cluster, api, work / "health", min(samples, 5)),
     ]
+
+
+def dra_phases(fmt: str) -> Any:
+    """The DRA pod start phase by phase (dra_breakdown.py), if the DRA section ran: a table,
+    or for ``json`` every pod's phases in seconds."""
+    if "bench_dra" not in sys.modules:
+        return None
+    import bench_dra
+    import dra_breakdown
+
+    traces = bench_dra.BREAKDOWN
+    if fmt == "json":
+        return [{"kind": t.kind, "pod": t.pod, **dra_breakdown.phases(t)} for t in traces]
+    if not traces:
+        return None
+    title = "DRA pod start, phase by phase (median ms per kind of pod, same run):"
+    return f"\n{title}\n\n{dra_breakdown.table(traces, fmt)}"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -146,8 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         if "helm" in wanted:
             ok &= section("helm", lambda: helm_figures(cluster, args.helm_repeats), figures)
     print(render(figures, info, args.format))
+    phases = dra_phases(args.format)
+    if phases:
+        print(phases)
     if args.json is not None:
-        args.json.write_text(json.dumps(as_json(figures, info), indent=2) + "\n")
+        document = as_json(figures, info)
+        document["dra_phases"] = dra_phases("json")
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
     return 0 if ok else 1
 
 

@@ -146,14 +146,22 @@ def encode_spec(spec: Mapping[str, object]) -> bytes:
 
 
 def write_spec(cdi_dir: Path, uid: str, spec: Mapping[str, object]) -> bool:
-    """Atomically replace the claim's spec file if its content changed; True when written."""
+    """Atomically replace the claim's spec file if its content changed; True when written.
+
+    Atomic (a temporary file renamed over it: the runtime reads the old spec or the new one)
+    but not fsynced: a power cut may take the spec back or leave it empty, and that is
+    repaired before any container can use it. The checkpoint, fsynced before the kubelet is
+    answered, holds what the spec is made from; at start the daemon writes every recorded
+    claim's spec again where it differs (``ClaimPreparer.reconcile``, before the socket
+    serves), and after a reboot the kubelet prepares its claims again before it starts their
+    containers, which writes the spec again too. So the pod start pays for the checkpoint's
+    fsyncs only."""
     data = encode_spec(spec)
     with safe_fs.open_root(cdi_dir) as fd:
         if safe_fs.read_file(fd, spec_file(uid)) == data:
             return False
         safe_fs.remove_temporaries(fd, spec_file(uid))  # the caller holds the checkpoint lock
-        safe_fs.write_file(fd, spec_file(uid), data, mode=0o644)
-        os.fsync(fd)
+        safe_fs.write_file(fd, spec_file(uid), data, mode=0o644, durable=False)
     return True
 
 
@@ -169,6 +177,21 @@ def remove_spec_file(cdi_dir: Path, name: str) -> None:
         return
     with safe_fs.open_root(cdi_dir) as fd:
         safe_fs.remove_entry(fd, name)
+
+
+def remove_claim_specs(cdi_dir: Path, uid: str, recorded: str | None) -> str:
+    """Remove the claim's spec files: the one its record names (``recorded``) and the one this
+    version would name (a claim whose record was lost, or never written); no other UID can have
+    a spec. An error text for the kubelet, or "" when none is left."""
+    names = {recorded} if recorded is not None else set()
+    if UID.fullmatch(uid):
+        names.add(spec_file(uid))
+    try:
+        for name in sorted(names):
+            remove_spec_file(cdi_dir, name)
+    except OSError as err:
+        return f"cannot remove the CDI spec: {err}"
+    return ""
 
 
 def spec_uids(cdi_dir: Path) -> set[str]:

@@ -15,11 +15,15 @@ written as version 2 at the next change.
 
 It is replaced by a temporary file that is fsynced, renamed over the old one and followed by an
 fsync of the directory (so the rename itself survives a power cut); a crash at any point leaves
-the old file or the new one, never a mix. Reading refuses anything else with a clear error: a
-file that is not this shape, whose checksum does not match (edited or damaged), or whose version
-is newer than this daemon's (a downgrade must not misread it). A missing file is an empty
-checkpoint. Everything goes through directory descriptors (``container.safe_fs``), so a symlink
-planted as the file is replaced, never followed.
+the old file or the new one, never a mix. Both fsyncs are needed: without the first a power
+cut can leave an empty file, which this daemon refuses to start on; without the second, a
+prepared claim's record can vanish after NodePrepareResources answered, and with it what
+Unprepare and the claims' status need. The claims' CDI specs are not fsynced: they are made
+again from this file (``cdi_claims.write_spec``). Reading refuses anything else with a clear
+error: a file that is not this shape, whose checksum does not match (edited or damaged), or
+whose version is newer than this daemon's (a downgrade must not misread it). A missing file is
+an empty checkpoint. Everything goes through directory descriptors (``container.safe_fs``), so
+a symlink planted as the file is replaced, never followed.
 """
 
 from __future__ import annotations
@@ -220,4 +224,4 @@ class CheckpointFile:
         with safe_fs.open_root(self.directory) as fd:
             safe_fs.remove_temporaries(fd, self.name)
             safe_fs.write_file(fd, self.name, encode(checkpoint), mode=FILE_MODE)
-            os.fsync(fd)  # the rename lives in the directory: make it durable too
+            safe_fs.fsync(fd)  # the rename lives in the directory: make it durable too

@@ -3,7 +3,9 @@
 
 It runs beside the kubelet calls, never in them: a prepare answers as soon as the claim's spec
 and record are written, and the status follows (the kubelet's 45 s are not spent on an API
-server that may be slow or away). Each claim is written only when what it should say changed
+server that may be slow or away). It is woken (``changed``) once each call is over, its answer
+sent (``plugin.add_plugin_servicers``'s ``answered``), so that not even its first steps share
+the event loop with the answer. Each claim is written only when what it should say changed
 (a prepare, an unprepare, a device's health), through server-side apply as the driver's own
 field manager, so entries other drivers keep in the same claim are left alone. A claim whose
 write is refused waits out a backoff of its own, like a slice; a claim the API server no
@@ -15,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kae_deviceplugin.apiserver.seam import RESOURCE_CLAIMS, ApiServer, JsonObject
@@ -23,9 +25,6 @@ from kae_deviceplugin.core.backoff import Backoff
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.dra.checkpoint import Checkpoint
 from kae_deviceplugin.dra.claim_status import device_statuses, without_times
-from kae_deviceplugin.dra.claims import ClaimRef
-from kae_deviceplugin.dra.plugin import Preparer
-from kae_deviceplugin.dra.prepare import ClaimAnswer
 from kae_deviceplugin.dra.slice_devices import device_name
 from kae_deviceplugin.errors import ApiError
 
@@ -144,23 +143,3 @@ class ClaimStatusWriter:
                     await self._wake.wait()
             except TimeoutError:
                 pass
-
-
-class NotifyingPreparer:
-    """A preparer that tells the writer after every kubelet call (``plugin.Preparer``)."""
-
-    def __init__(self, inner: Preparer, writer: ClaimStatusWriter) -> None:
-        self.inner = inner
-        self.writer = writer
-
-    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimAnswer]:
-        try:
-            return await self.inner.prepare(claims)
-        finally:
-            self.writer.changed()
-
-    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
-        try:
-            return await self.inner.unprepare(claims)
-        finally:
-            self.writer.changed()

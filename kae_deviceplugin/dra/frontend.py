@@ -52,7 +52,7 @@ from kae_deviceplugin.dra.api import (
     socket_names,
 )
 from kae_deviceplugin.dra.checkpoint import Checkpoint, CheckpointFile, claimed_queues
-from kae_deviceplugin.dra.claim_status_writer import ClaimStatusWriter, NotifyingPreparer
+from kae_deviceplugin.dra.claim_status_writer import ClaimStatusWriter
 from kae_deviceplugin.dra.health import add_health_servicers
 from kae_deviceplugin.dra.held_devices import DevicePluginHolds
 from kae_deviceplugin.dra.plugin import add_plugin_servicers
@@ -253,7 +253,7 @@ class DraFrontEnd:
         for problem in reconciled.problems:
             log.warning("checkpoint reconcile: %s", problem)
         service = grpc.aio.server()
-        add_plugin_servicers(service, NotifyingPreparer(self.preparer, self.status))
+        add_plugin_servicers(service, self.preparer, answered=self.status.changed)
         add_health_servicers(service, self.inventories, self.node)
         registration = grpc.aio.server()
         servicer = RegistrationServicer(

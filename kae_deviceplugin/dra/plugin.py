@@ -9,8 +9,8 @@ answered as every claim's error, so the kubelet retries them rather than giving 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, cast
 
 import grpc
 
@@ -20,6 +20,10 @@ from kae_deviceplugin.dra.prepare import ClaimAnswer
 from kae_deviceplugin.errors import KaeDevicePluginError
 
 log = logging.getLogger(__name__)
+
+# Called once a prepare or unprepare call is over (its answer sent, or the caller gone): work
+# that follows a call, such as the claims' status, waits for it and never delays the answer.
+Answered = Callable[[], None]
 
 
 class Preparer(Protocol):
@@ -92,17 +96,26 @@ async def _unprepared(preparer: Preparer, refs: list[ClaimRef]) -> dict[str, str
         return {r.uid: f"internal error: {err!r}" for r in refs}
 
 
+def _after_answer(context: grpc.aio.ServicerContext[Any, Any], answered: Answered) -> None:
+    """Call ``answered`` once the call is over: its answer sent, or the kubelet gone."""
+    # The stubs' DoneCallback is a class, not a protocol: any callable of the context fits.
+    done = cast("grpc.aio.DoneCallback[Any, Any]", lambda _context: answered())
+    context.add_done_callback(done)
+
+
 class DRAPluginV1(dra_v1_grpc.DRAPluginServicer):
     """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``."""
 
-    def __init__(self, preparer: Preparer) -> None:
+    def __init__(self, preparer: Preparer, answered: Answered = lambda: None) -> None:
         self.preparer = preparer
+        self.answered = answered
 
     async def NodePrepareResources(
         self,
         request: dra_v1.NodePrepareResourcesRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> dra_v1.NodePrepareResourcesResponse:
+        _after_answer(context, self.answered)
         answers = await _prepared(self.preparer, claim_refs(request.claims))
         response: dra_v1.NodePrepareResourcesResponse = prepare_response(
             dra_v1, answers, with_share=True
@@ -114,6 +127,7 @@ class DRAPluginV1(dra_v1_grpc.DRAPluginServicer):
         request: dra_v1.NodeUnprepareResourcesRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> dra_v1.NodeUnprepareResourcesResponse:
+        _after_answer(context, self.answered)
         errors = await _unprepared(self.preparer, claim_refs(request.claims))
         response: dra_v1.NodeUnprepareResourcesResponse = unprepare_response(dra_v1, errors)
         return response
@@ -122,14 +136,16 @@ class DRAPluginV1(dra_v1_grpc.DRAPluginServicer):
 class DRAPluginV1beta1(dra_v1beta1_grpc.DRAPluginServicer):
     """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``: v1 without share IDs."""
 
-    def __init__(self, preparer: Preparer) -> None:
+    def __init__(self, preparer: Preparer, answered: Answered = lambda: None) -> None:
         self.preparer = preparer
+        self.answered = answered
 
     async def NodePrepareResources(
         self,
         request: dra_v1beta1.NodePrepareResourcesRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> dra_v1beta1.NodePrepareResourcesResponse:
+        _after_answer(context, self.answered)
         answers = await _prepared(self.preparer, claim_refs(request.claims))
         response: dra_v1beta1.NodePrepareResourcesResponse = prepare_response(
             dra_v1beta1, answers, with_share=False
@@ -141,6 +157,7 @@ class DRAPluginV1beta1(dra_v1beta1_grpc.DRAPluginServicer):
         request: dra_v1beta1.NodeUnprepareResourcesRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> dra_v1beta1.NodeUnprepareResourcesResponse:
+        _after_answer(context, self.answered)
         errors = await _unprepared(self.preparer, claim_refs(request.claims))
         response: dra_v1beta1.NodeUnprepareResourcesResponse = unprepare_response(
             dra_v1beta1, errors
@@ -148,7 +165,10 @@ class DRAPluginV1beta1(dra_v1beta1_grpc.DRAPluginServicer):
         return response
 
 
-def add_plugin_servicers(server: grpc.aio.Server, preparer: Preparer) -> None:
-    """Serve both DRAPlugin versions on ``server`` (the kubelet picks the newest it knows)."""
-    dra_v1_grpc.add_DRAPluginServicer_to_server(DRAPluginV1(preparer), server)
-    dra_v1beta1_grpc.add_DRAPluginServicer_to_server(DRAPluginV1beta1(preparer), server)
+def add_plugin_servicers(
+    server: grpc.aio.Server, preparer: Preparer, answered: Answered = lambda: None
+) -> None:
+    """Serve both DRAPlugin versions on ``server`` (the kubelet picks the newest it knows);
+    ``answered`` is called after every prepare and unprepare call, once it is over."""
+    dra_v1_grpc.add_DRAPluginServicer_to_server(DRAPluginV1(preparer, answered), server)
+    dra_v1beta1_grpc.add_DRAPluginServicer_to_server(DRAPluginV1beta1(preparer, answered), server)

@@ -41,6 +41,7 @@ from kae_deviceplugin.dra.checkpoint import (
 )
 from kae_deviceplugin.dra.claims import ClaimRef, allocated_devices
 from kae_deviceplugin.dra.file_lock import FileLock
+from kae_deviceplugin.dra.prepare_times import PrepareTimes
 from kae_deviceplugin.dra.slice_devices import device_name
 from kae_deviceplugin.errors import ClaimRefused
 
@@ -114,7 +115,8 @@ class ClaimPreparer:
             yield self.state
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimAnswer]:
-        """An answer for every claim asked, keyed by UID."""
+        """An answer for every claim asked, keyed by UID; logs where the time went."""
+        times = PrepareTimes()
         asked = [c for c in claims if c.uid not in self.state.claims]
         unprepares = {c.uid: self._unprepares[c.uid] for c in asked}
         fetched = dict(
@@ -124,38 +126,48 @@ class ClaimPreparer:
                 strict=True,
             )
         )
+        times.read = times.mark() - times.started
         async with self.locked() as current:
+            times.lock = times.mark() - times.started - times.read
             # Checked under the lock: an unprepare counts itself before it waits for the lock.
             for uid, seen in unprepares.items():
                 if self._unprepares[uid] != seen:  # the kubelet unprepared it meanwhile
                     fetched[uid] = ClaimRefused(f"claim {uid} was unprepared while being read")
-            answers: dict[str, ClaimAnswer] = {}
-            state, written = current, []
-            for claim in claims:
-                try:
-                    results = self._results_now(claim, fetched)
-                    answers[claim.uid] = self._write(claim, results, require_healthy=True)[0]
-                except (ClaimRefused, OSError, ValueError) as err:
-                    answers[claim.uid] = ClaimAnswer(error=str(err))
-                    continue
-                written.append(claim.uid)
-                spec = cdi_claims.spec_file(claim.uid)
-                state = state.with_claim(
-                    PreparedClaim(claim.uid, claim.namespace, claim.name, results, spec)
-                )
-            return self._commit(state, answers, written)
+            times.fsyncs_start()
+            answers, state, written = self._write_all(claims, fetched, current, times)
+            committed = times.mark()
+            answers = self._commit(state, answers, written)
+            times.checkpoint = times.mark() - committed
+            times.fsyncs_end()
+        log.info("%s", times.line(c.uid for c in claims))
+        return answers
 
-    def _results_now(
-        self, claim: ClaimRef, fetched: Mapping[str, tuple[PreparedDevice, ...] | ClaimRefused]
-    ) -> tuple[PreparedDevice, ...]:
-        if claim.uid in self.state.claims:  # prepared before: the checkpoint is the truth
-            return self.state.claims[claim.uid].devices
-        found = fetched.get(claim.uid)
-        if found is None:  # it was prepared and unprepared by calls that ran meanwhile
-            raise ClaimRefused(f"claim {claim} changed while it was read: ask again")
-        if isinstance(found, ClaimRefused):
-            raise found
-        return found
+    def _write_all(
+        self,
+        claims: Sequence[ClaimRef],
+        fetched: Mapping[str, tuple[PreparedDevice, ...] | ClaimRefused],
+        state: Checkpoint,
+        times: PrepareTimes,
+    ) -> tuple[dict[str, ClaimAnswer], Checkpoint, list[str]]:
+        """Every claim's spec written (under the locks); the answers and the state to commit."""
+        answers: dict[str, ClaimAnswer] = {}
+        written: list[str] = []
+        for claim in claims:
+            started = times.mark()
+            try:
+                results = _results_now(self.state, claim, fetched)
+                answers[claim.uid] = self._write(claim, results, require_healthy=True)[0]
+            except (ClaimRefused, OSError, ValueError) as err:
+                answers[claim.uid] = ClaimAnswer(error=str(err))
+                continue
+            finally:
+                times.spec += times.mark() - started
+            written.append(claim.uid)
+            spec = cdi_claims.spec_file(claim.uid)
+            state = state.with_claim(
+                PreparedClaim(claim.uid, claim.namespace, claim.name, results, spec)
+            )
+        return answers, state, written
 
     async def _results(self, claim: ClaimRef) -> tuple[PreparedDevice, ...] | ClaimRefused:
         try:
@@ -237,20 +249,10 @@ class ClaimPreparer:
             except OSError as err:
                 return {c.uid: f"cannot record the unprepare: {err}" for c in claims}
             self.state = state
-            return {c.uid: self._remove_specs(c.uid, recorded.get(c.uid)) for c in claims}
-
-    def _remove_specs(self, uid: str, recorded: str | None) -> str:
-        # The file the checkpoint names, and the one this version would name (a claim whose
-        # record was lost, or never written); no other UID can have a spec.
-        names = {recorded} if recorded is not None else set()
-        if cdi_claims.UID.fullmatch(uid):
-            names.add(cdi_claims.spec_file(uid))
-        try:
-            for name in sorted(names):
-                cdi_claims.remove_spec_file(self.cdi_dir, name)
-        except OSError as err:
-            return f"cannot remove the CDI spec: {err}"
-        return ""
+            return {
+                c.uid: cdi_claims.remove_claim_specs(self.cdi_dir, c.uid, recorded.get(c.uid))
+                for c in claims
+            }
 
     async def reconcile(self) -> Reconciled:
         """At start: remove specs no claim holds, bring every checkpointed claim's spec back."""
@@ -271,3 +273,18 @@ class ClaimPreparer:
             except (ClaimRefused, OSError, ValueError) as err:
                 problems.append(str(err))
         return Reconciled(tuple(removed), tuple(rewritten), tuple(problems))
+
+
+def _results_now(
+    state: Checkpoint,
+    claim: ClaimRef,
+    fetched: Mapping[str, tuple[PreparedDevice, ...] | ClaimRefused],
+) -> tuple[PreparedDevice, ...]:
+    if claim.uid in state.claims:  # prepared before: the checkpoint is the truth
+        return state.claims[claim.uid].devices
+    found = fetched.get(claim.uid)
+    if found is None:  # it was prepared and unprepared by calls that ran meanwhile
+        raise ClaimRefused(f"claim {claim} changed while it was read: ask again")
+    if isinstance(found, ClaimRefused):
+        raise found
+    return found

@@ -13,7 +13,7 @@ import grpc
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.dra.health import add_health_servicers
-from kae_deviceplugin.dra.plugin import Preparer, add_plugin_servicers
+from kae_deviceplugin.dra.plugin import Answered, Preparer, add_plugin_servicers
 
 
 @contextlib.contextmanager
@@ -34,10 +34,11 @@ async def serving(
     pool: str,
     *,
     interval: float = 15.0,
+    answered: Answered = lambda: None,
 ) -> AsyncIterator[None]:
     """Both DRAPlugin and both DRAResourceHealth versions on ``socket`` while the block runs."""
     server = grpc.aio.server()
-    add_plugin_servicers(server, preparer)
+    add_plugin_servicers(server, preparer, answered)
     add_health_servicers(server, latest, pool, interval=interval)
     server.add_insecure_port(f"unix://{socket}")
     await server.start()

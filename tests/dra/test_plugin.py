@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.dra.claims import ClaimRef
+from kae_deviceplugin.dra.plugin import Preparer
+from kae_deviceplugin.dra.prepare import ClaimAnswer
 from kae_deviceplugin.testing.dra_claims import Result
 from kae_deviceplugin.testing.dra_kubelet import Claim, DRAKubelet
 from tests.dra.node import HPRE_0, KIND, POOL, SEC_0, Node, add_claim, build_node
@@ -113,3 +116,54 @@ def test_unprepare_after_a_restart_of_the_plugin(node: Node) -> None:
     asyncio.run(scenario())
     assert not node.spec_path(claim.uid).exists()
     assert node.checkpoint.load().claims == {}
+
+
+class _Recording:
+    """A preparer that notes when each call begins and ends, beside the ``answered`` hook."""
+
+    def __init__(self, inner: Preparer) -> None:
+        self.inner = inner
+        self.events: list[str] = []
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimAnswer]:
+        self.events.append("prepare")
+        try:
+            return await self.inner.prepare(claims)
+        finally:
+            self.events.append("prepared")
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        self.events.append("unprepare")
+        try:
+            return await self.inner.unprepare(claims)
+        finally:
+            self.events.append("unprepared")
+
+
+@pytest.mark.parametrize("service", ["v1.DRAPlugin", "v1beta1.DRAPlugin"])
+def test_answered_follows_each_call_once_it_is_over(node: Node, service: str) -> None:
+    """The hook the claims' status hangs on runs once per call, after the call's answer was
+    made (never while prepare runs), in both versions."""
+    claim = _kubelet_claim(node, "c1", Result("hpre", HPRE_0, POOL))
+    recording = _Recording(node.preparer())
+    answered = lambda: recording.events.append("answered")  # noqa: E731
+
+    async def settled(count: int) -> None:
+        while recording.events.count("answered") < count:
+            await asyncio.sleep(0.01)
+
+    async def scenario() -> None:
+        socket = node.root / "dra.sock"
+        async with (
+            serving(socket, recording, LatestValue(node.inventory), POOL, answered=answered),
+            DRAKubelet(socket, plugin_service=service) as kubelet,
+        ):
+            assert (await kubelet.prepare([claim]))[claim.uid].error == ""
+            await asyncio.wait_for(settled(1), 30)
+            assert await kubelet.unprepare([claim]) == {claim.uid: ""}
+            await asyncio.wait_for(settled(2), 30)
+
+    asyncio.run(scenario())
+    assert recording.events == [
+        "prepare", "prepared", "answered", "unprepare", "unprepared", "answered"
+    ]  # fmt: skip
