@@ -570,7 +570,8 @@ def latest_kubernetes() -> str:
 
 
 def test_rendered_objects_pass_every_validator(objs: list[Obj], tmp_path: Path) -> None:
-    """kubernetes-validate --strict (1.29, the chart's floor, and newest) and the CRD schemas accept the chart."""
+    """kubernetes-validate --strict (1.29, the chart's floor, and the newest) and the CRD
+    schemas accept the chart."""
     for name, code, output in _validators_fail(objs, tmp_path):
         assert code == 0, f"{name}: {output}"
 
