@@ -57,18 +57,27 @@ def _version(text: str) -> tuple[int, int] | None:
     return None if match is None else (int(match.group(1)), int(match.group(2)))
 
 
-def _containerd_enables_cdi(config: bytes | None) -> bool:
-    """``enable_cdi`` of the CRI plugin in a containerd 1.7 config; absent means false."""
-    if config is None:
-        return False
-    import tomllib  # noqa: PLC0415 -- only a containerd 1.7 config is read with it, once
+def _containerd_document(config: bytes) -> dict[str, Any] | None:
+    """A containerd config file's TOML; None for one that is not (containerd would refuse it)."""
+    import tomllib  # noqa: PLC0415 -- only where a containerd config is read, once
 
     try:
-        document = tomllib.loads(config.decode())
+        return tomllib.loads(config.decode())
     except (UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return False  # containerd itself would not start on it; say what its default is
+        return None
+
+
+def _enable_cdi(document: Mapping[str, Any]) -> object:
+    """The CRI plugin's ``enable_cdi`` as written in a containerd 1.7 config; None if absent."""
     cri = document.get("plugins", {}).get(CRI_PLUGIN, {})
-    return isinstance(cri, dict) and cri.get("enable_cdi") is True
+    return cri.get("enable_cdi") if isinstance(cri, dict) else None
+
+
+def _containerd_enables_cdi(config: bytes | None) -> bool:
+    """``enable_cdi`` of the CRI plugin in a containerd 1.7 config; absent means false, and so
+    does a file containerd itself would not start on (its default is what is said)."""
+    document = None if config is None else _containerd_document(config)
+    return document is not None and _enable_cdi(document) is True
 
 
 def _isulad_enables_cdi(config: bytes | None) -> bool:
@@ -134,17 +143,13 @@ def cdi_support(
 
 
 def _containerd_from_config(config: bytes, path: Path) -> CdiSupport:
-    import tomllib  # noqa: PLC0415 -- as above: only where a config is read, once
-
-    try:
-        document = tomllib.loads(config.decode())
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+    document = _containerd_document(config)
+    if document is None:
         return CdiSupport(None, "containerd")
     version = document.get("version")
     if isinstance(version, int) and version >= 3:
         return CdiSupport(True, "containerd 2")
-    cri = document.get("plugins", {}).get(CRI_PLUGIN, {})
-    setting = cri.get("enable_cdi") if isinstance(cri, dict) else None
+    setting = _enable_cdi(document)
     if setting is None:
         return CdiSupport(None, "containerd")
     if setting is True:
