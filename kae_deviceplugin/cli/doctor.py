@@ -235,7 +235,7 @@ def check_configured_cdi(runtime_config: Path | None) -> list[Row]:
         return [Row("runtime cdi", Status.SKIP, detail)]
     if support.refused:
         detail = f"{support.reason}: Allocate names device nodes and mounts instead"
-        fix = "turn the runtime's CDI switch on, or set cdi off"
+        fix = "turn the runtime's CDI switch on and restart the daemon, or set cdi off"
         return [Row("runtime cdi", Status.WARN, detail, (fix,))]
     return [Row("runtime cdi", Status.OK, f"{support.runtime} applies CDI devices")]
 

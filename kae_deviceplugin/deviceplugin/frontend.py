@@ -96,7 +96,7 @@ class DevicePluginFrontEnd:
             if support.refused:
                 log.error(
                     "cdi is on but %s; Allocate names device nodes and mounts instead "
-                    "(set the runtime's switch to use CDI names)",
+                    "(turn the runtime's switch on and restart this daemon to use CDI names)",
                     support.reason,
                 )
             elif support.applies is None:
