@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -145,6 +145,38 @@ def running_dra_plugin(
             "delete", "resourceslices", f"--field-selector=spec.driver={DRIVER}", check=False
         )
         cluster.kubectl("delete", "-f", str(CLASSES), "--ignore-not-found", check=False)
+
+
+class DraDrivers:
+    """DRA daemons started one by one on fresh trees (``start``), each once its pool is in
+    the API; ``close`` stops them all once the kubelet has unprepared every claim: the caller
+    deletes its pods first, or the claims' CDI specs outlive the test in the runtime's dir."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        tree_factory: Callable[[str], FixtureTree],
+        workdir: Path,
+        tree_name: str,
+    ) -> None:
+        self.cluster, self.tree_factory = cluster, tree_factory
+        self.workdir, self.tree_name = workdir, tree_name
+        self.started: list[AbstractContextManager[tuple[Plugin, Path]]] = []
+
+    def start(self, extra: list[str]) -> tuple[Plugin, FixtureTree]:
+        tree = self.tree_factory(self.tree_name)
+        context = running_dra_plugin(self.cluster, tree, self.workdir, extra)
+        plugin, _cdi = context.__enter__()
+        self.started.append(context)
+        wait_until("the pool", lambda: len(slice_devices(self.cluster)) == len(tree.names()))
+        return plugin, tree
+
+    def close(self) -> None:
+        if self.started:
+            cdi_dir = self.cluster.kubelet_root.parent / "cdi"
+            wait_until("every claim unprepared", lambda: not cdi_specs(cdi_dir), timeout=90)
+        for context in reversed(self.started):
+            context.__exit__(None, None, None)
 
 
 def delete_template(cluster: Cluster, name: str) -> None:

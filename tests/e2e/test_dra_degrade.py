@@ -15,19 +15,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.e2e.cluster import Cluster, FixtureTree, Plugin, wait_until
 from tests.e2e.dra import (
     SLEEP,
-    cdi_specs,
+    DraDrivers,
     claim_pod,
     delete_template,
     dra_name,
     request,
-    running_dra_plugin,
     slice_devices,
     slices,
     template,
@@ -63,27 +61,14 @@ def driver(
 ) -> Iterator[Callable[[list[str]], tuple[Plugin, FixtureTree]]]:
     """Starts the DRA daemon (with extra flags) on the two-socket tree; pods and the template
     are removed, and the claims unprepared, before it stops."""
-    started: list[Any] = []
-
-    def start(extra: list[str]) -> tuple[Plugin, FixtureTree]:
-        tree = tree_factory(TREE)
-        context = running_dra_plugin(cluster, tree, tmp_path, extra)
-        plugin, _cdi = context.__enter__()
-        started.append(context)
-        wait_until("the pool", lambda: len(slice_devices(cluster)) == len(tree.names()))
-        return plugin, tree
-
+    drivers = DraDrivers(cluster, tree_factory, tmp_path, TREE)
     try:
-        yield start
+        yield drivers.start
     finally:
         for pod in PODS:
             cluster.delete_pod(pod)
         delete_template(cluster, "kae-whole-zip")
-        if started:
-            cdi_dir = cluster.kubelet_root.parent / "cdi"
-            wait_until("every claim unprepared", lambda: not cdi_specs(cdi_dir), timeout=90)
-        for context in reversed(started):
-            context.__exit__(None, None, None)
+        drivers.close()
 
 
 @pytest.mark.needs("dra-taints-dropped")

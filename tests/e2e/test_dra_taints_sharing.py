@@ -18,15 +18,14 @@ from tests.e2e.cluster import Cluster, FixtureTree, Plugin, wait_until
 from tests.e2e.dra import (
     DRIVER,
     SLEEP,
+    DraDrivers,
     allocated,
-    cdi_specs,
     claim_pod,
     delete_template,
     dra_name,
     health_of,
     pod_claim,
     request,
-    running_dra_plugin,
     slice_devices,
     template,
     uacce_of,
@@ -84,31 +83,16 @@ def driver(
     cluster: Cluster, tree_factory: Callable[[str], FixtureTree], tmp_path: Path
 ) -> Iterator[Callable[[list[str]], tuple[Plugin, FixtureTree]]]:
     """Starts the DRA daemon (with extra flags) on the two-socket tree; pods, templates and the
-    daemon are removed after the test."""
-    stack: list[Any] = []
-
-    def start(extra: list[str]) -> tuple[Plugin, FixtureTree]:
-        tree = tree_factory(TREE)
-        context = running_dra_plugin(cluster, tree, tmp_path, extra)
-        plugin, _cdi = context.__enter__()
-        stack.append(context)
-        wait_until("the pool", lambda: len(slice_devices(cluster)) == len(tree.names()))
-        return plugin, tree
-
+    daemon are removed after the test (the claims unprepared first)."""
+    drivers = DraDrivers(cluster, tree_factory, tmp_path, TREE)
     try:
-        yield start
+        yield drivers.start
     finally:
         for pod in PODS:
             cluster.delete_pod(pod)
         for name in TEMPLATES:
             delete_template(cluster, name)
-        if stack:
-            # The kubelet unprepares after the pods are gone: let the daemon answer before it
-            # stops, or the claims' CDI specs outlive the test in the runtime's spec dir.
-            cdi_dir = cluster.kubelet_root.parent / "cdi"
-            wait_until("every claim unprepared", lambda: not cdi_specs(cdi_dir), timeout=90)
-        for context in reversed(stack):
-            context.__exit__(None, None, None)
+        drivers.close()
 
 
 @pytest.mark.needs("dra-taints", "pod-health")
