@@ -1,10 +1,22 @@
 """One KAE device as a ResourceSlice device: its name, attributes, capacity and taints (pure).
 
-Attribute rules (issue 20), and why:
+Attribute rules (issues 20 and 31), and why:
 
 * Our own attributes are unqualified: the API puts them in the driver's domain
   (``device.attributes["kae.openfuyao.com"].engine``), and a 1.38 change refuses attributes
   qualified with the driver's own domain.
+* A device carries only what a selector or a constraint picks devices by: ``engine``,
+  ``function``, the ``alg_*`` family, and the standard ``pciBusID``, ``pcieRoot`` and
+  ``numaNode``. The scheduler converts every attribute and capacity of every device into CEL
+  values at each selector it evaluates, on every node it tries, whatever the selector reads;
+  the uacce name, the QM ``api``, the driver version and a VF's PF made a node cost its
+  allocator 1.33x a slice of bare devices, and 1.12x without them (issue 31,
+  benchmarks/sched_alloc.py). Facts every device of a node shares (``api``, the driver
+  version) are node labels (observability/nfd.py), for node affinity; the uacce name is in
+  the claim's status ``data`` (claim_status.py), where the pod's owner reads it.
+* ``queues`` is published only on the devices of a shared engine, where claims consume it:
+  a whole device's queue total is nothing a claim asks for (``kubectl kae`` and ``list``
+  show it from the node).
 * ``alg_<name>`` is a bool per algorithm. A CEL selector naming a key a device lacks is a
   runtime error that fails the pod's scheduling, and a DeviceClass is evaluated against every
   device of the driver on every node. So every device of an engine carries the same fixed set of
@@ -14,12 +26,9 @@ Attribute rules (issue 20), and why:
   device plugin already serves) plus the names the mainline HiSilicon drivers can print in
   ``algorithms`` (``hpre_dev_algs``, ``sec_dev_algs``, ``zip_dev_algs``). An algorithm a device
   lists beyond its family is published too (``true``); selectors on such a name need ``has()``.
-* Values: strings longer than 64 characters are cut to 64 (and noted). A cut value can never
-  equal the longer text a selector names, while leaving the key out would make every selector
-  naming it an error on this device; identity strings (names, PCI addresses) are short by
-  construction. ``driverVersion`` is a ``version`` when it is semver, else a string.
-* At most 32 attributes and capacities: the fixed keys and the family take at most 17; names a
-  device lists beyond that are dropped last-first (and noted).
+* At most 32 attributes and capacities: the fixed keys and the family take at most 13; names a
+  device lists beyond that are dropped last-first (and noted). The values are short by
+  construction (names, PCI addresses), so none needs cutting.
 """
 
 from __future__ import annotations
@@ -36,7 +45,6 @@ from kae_deviceplugin.dra.api import DRIVER
 from kae_deviceplugin.dra.quantity import format_quantity
 
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
-MAX_VALUE_LENGTH = 64
 MAX_IDENTIFIER_LENGTH = 32
 MAX_LABEL_VALUE_LENGTH = 63
 STANDARD_PREFIX = "resource.kubernetes.io/"
@@ -68,12 +76,6 @@ ALGORITHM_FAMILIES: dict[str, tuple[str, ...]] = {
 _NOT_IDENTIFIER = re.compile(r"[^a-z0-9_]")
 _PCIE_ROOT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
 _LABEL_END = re.compile(r"[^A-Za-z0-9]+$")
-# semver.org 2.0.0, ASCII digits only (the API server parses versions strictly).
-_NUM = r"(?:0|[1-9][0-9]*)"
-_PRE = r"(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
-_SEMVER = re.compile(
-    rf"{_NUM}\.{_NUM}\.{_NUM}(?:-{_PRE}(?:\.{_PRE})*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,32 +146,12 @@ def held_taint(holder: str) -> dict[str, str]:
     return {"key": HELD_TAINT_KEY, "value": value, "effect": "NoSchedule"}
 
 
-def _string(value: str, key: str, notes: list[str]) -> dict[str, Any]:
-    if len(value) > MAX_VALUE_LENGTH:
-        notes.append(f"attribute {key} cut to {MAX_VALUE_LENGTH} characters")
-        value = value[:MAX_VALUE_LENGTH]
-    return {"string": value}
-
-
-def _version(value: str, notes: list[str]) -> dict[str, Any]:
-    if len(value) <= MAX_VALUE_LENGTH and _SEMVER.fullmatch(value):
-        return {"version": value}
-    return _string(value, "driverVersion", notes)
-
-
-def _described(device: UacceDevice, notes: list[str]) -> dict[str, dict[str, Any]]:
+def _described(device: UacceDevice) -> dict[str, dict[str, Any]]:
     attributes: dict[str, dict[str, Any]] = {
         "engine": {"string": device.engine},
         "function": {"string": "vf" if device.function is Function.VF else "pf"},
-        "uacceName": _string(device.name, "uacceName", notes),
         PCI_BUS_ID: {"string": device.pci_address},
     }
-    if device.parent_pf is not None:
-        attributes["physfn"] = {"string": device.parent_pf}
-    if device.api is not None:
-        attributes["api"] = _string(device.api, "api", notes)
-    if device.driver_version is not None:
-        attributes["driverVersion"] = _version(device.driver_version, notes)
     root = pcie_root(device.pci_path)
     if root is not None:
         attributes[PCIE_ROOT] = {"string": root}
@@ -198,7 +180,7 @@ def render_device(
 ) -> RenderedDevice:
     """The slice device for ``device`` with ``queues`` hardware queues (None: unknown)."""
     notes: list[str] = []
-    attributes = _described(device, notes)
+    attributes = _described(device)
     capacity: dict[str, dict[str, Any]] = {}
     shared = device.engine in options.shared_engines
     if shared and (queues is None or queues < MIN_SHARED_QUEUES):
@@ -206,10 +188,11 @@ def render_device(
         known = "unknown" if queues is None else f"{queues}, fewer than {MIN_SHARED_QUEUES}"
         notes.append(f"queue total {known}: not shared")
         shared = False
-    if queues is not None:
-        capacity[QUEUES] = {"value": format_quantity(queues)}
-        if shared:
-            capacity[QUEUES]["requestPolicy"] = queues_policy(queues)
+    if shared and queues is not None:
+        capacity[QUEUES] = {
+            "value": format_quantity(queues),
+            "requestPolicy": queues_policy(queues),
+        }
     room = MAX_ATTRIBUTES_AND_CAPACITIES - len(attributes) - len(capacity)
     attributes.update(_algorithms(device, room, notes))
     entry: dict[str, Any] = {"name": device_name(device), "attributes": attributes}

@@ -176,7 +176,8 @@ def test_a_field_the_server_drops_is_logged_once(caplog: pytest.LogCaptureFixtur
     """A server without the gate of a field keeps the rest: one error line names the field,
     and its absence is no reason to write the same slice again."""
     api = FakeApiServer(drop=("spec.devices.capacity",))
-    publisher = SlicePublisher(api, DRIVER, NODE.name, builder())
+    shared = DeviceOptions(shared_engines=frozenset({"zip"}))  # capacity only on shares
+    publisher = SlicePublisher(api, DRIVER, NODE.name, builder(options=shared))
     inventory = fixture_inventory("kunpeng920-2p")
 
     async def main() -> None:

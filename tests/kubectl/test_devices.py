@@ -25,7 +25,7 @@ def test_json_has_exactly_the_documented_keys_and_the_holders(
     api: HttpApiServer, tmp_path: Path
 ) -> None:
     """worker-1's six devices; the held HPRE names its claim and pod, the shared ZIP its
-    queues claimed of its total, an unshared device no claimed count."""
+    queues claimed of its total, an unshared device neither (its slice has no queues)."""
     found = _devices(api, tmp_path, "--node", DRA_1)
     assert [d["device"] for d in found] == [
         HPRE_0, "hpre-0000-b9-00-0", SEC_0, "sec-0000-b6-00-0", ZIP_0, ZIP_2,
@@ -35,7 +35,7 @@ def test_json_has_exactly_the_documented_keys_and_the_holders(
         "node": DRA_1, "device": HPRE_0, "engine": "hpre", "function": "pf", "numaNode": 0,
         "pciBusID": "0000:79:00.0", "healthy": True, "reasons": [],
         "claims": [{"namespace": "team-a", "name": "c1", "pods": ["app-1"]}],
-        "queues": {"total": 256, "claimed": None},
+        "queues": {"total": None, "claimed": None},
     }  # fmt: skip
     by_name = {d["device"]: d for d in found}
     assert by_name[ZIP_0]["queues"] == {"total": 256, "claimed": 8}
@@ -72,7 +72,7 @@ def test_the_table_shows_health_holders_and_queues(api: HttpApiServer, tmp_path:
     ]  # fmt: skip
     assert len(lines) == 1 + 6 + 7
     assert lines[1].split() == [
-        DRA_1, HPRE_0, "hpre", "pf", "0", "0000:79:00.0", "Healthy", "team-a/c1", "[app-1]", "256",
+        DRA_1, HPRE_0, "hpre", "pf", "0", "0000:79:00.0", "Healthy", "team-a/c1", "[app-1]", "-",
     ]  # fmt: skip
     assert lines[5].split()[-3:] == ["team-b/z1", "[zipper]", "8/256"]
     assert "Unhealthy (isolated)" in next(line for line in lines if DRA_2 in line and SEC_0 in line)
