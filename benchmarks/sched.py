@@ -4,9 +4,10 @@ Starts a private control plane (benchmarks/sched_plane.py: etcd, kube-apiserver,
 and kube-controller-manager 1.37.2, no kubelet), creates N Ready nodes and times pods from create
 to binding for each workload: (a) an extended resource on device-plugin nodes, (b) the same limit
 served by DRA through the DeviceClass's extendedResourceName, (c) a claim for an HPRE by
-algorithm, (d) an HPRE and a SEC on one NUMA node; (c) and (d) run on our slices and on a
-minimal slice of the same devices, alternately (ABBA over ``--rounds``), so that what the
-attributes cost is a ratio of one run. See benchmarks/README.md, "Scheduling".
+algorithm, (d) an HPRE and a SEC on one NUMA node; (c) and (d) run on our slices, on a minimal
+slice of the same devices and on our slices as they were before issue 31 cut them, in turn
+(the order rotating over ``--rounds``), so that what the attributes cost, and what the cut
+gained, are ratios of one run. See benchmarks/README.md, "Scheduling".
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ PAIR = Workload("claim_numa", "(d) claim: HPRE + SEC, matchAttribute numaNode", 
 BY_ALG_MIN = Workload("claim_alg_min", "(c) on the minimal slice", "by-engine", slices="minimal")
 METRICS: dict[str, Metrics] = {}  # the scheduler's, while it runs
 PAIR_MIN = Workload("claim_numa_min", "(d) on the minimal slice", "numa-pair", slices="minimal")
+BY_ALG_BEFORE = Workload("claim_alg_before", "(c) on our slice before issue 31", "by-alg",
+                         slices="before")  # fmt: skip
+PAIR_BEFORE = Workload("claim_numa_before", "(d) on our slice before issue 31", "numa-pair",
+                       slices="before")  # fmt: skip
+BY_KIND = {"full": (BY_ALG, PAIR), "minimal": (BY_ALG_MIN, PAIR_MIN),
+           "before": (BY_ALG_BEFORE, PAIR_BEFORE)}  # fmt: skip
 
 
 async def run_one(kube: Kube, work: Workload, pods: int, results: list[Outcome]) -> None:
@@ -84,7 +91,8 @@ async def dra_phases(
     setup: dict[str, float],
 ) -> None:  # fmt: skip
     """The nodes lose the device plugin's resources and get slices; (b), then (c) and (d) on
-    full and minimal slices, ABBA: full, minimal, minimal, full, ..."""
+    each kind of slice, the order rotating each round: full, minimal, before; minimal, before,
+    full; ..."""
     started = time.monotonic()
     await set_device_plugin(kube, [n.name for n in nodes], on=False)
     await create_device_classes(kube)
@@ -95,15 +103,15 @@ async def dra_phases(
     await asyncio.sleep(args.settle)
     await run_one(kube, DRA_EXT, args.pods, results)
     share = max(1, args.pods // args.rounds)
+    kinds = list(BY_KIND)
     for r in range(args.rounds):
-        for kind in ("full", "minimal") if r % 2 == 0 else ("minimal", "full"):
+        for kind in kinds[r % 3 :] + kinds[: r % 3]:
             if slices.kind != kind:
                 begun = time.monotonic()
                 await slices.publish(kind)
                 progress(f"slices now {kind} ({time.monotonic() - begun:.1f} s)")
                 await asyncio.sleep(args.settle)
-            pair = (BY_ALG, PAIR) if kind == "full" else (BY_ALG_MIN, PAIR_MIN)
-            for work in pair:
+            for work in BY_KIND[kind]:
                 await run_one(kube, work, share, results)
 
 
@@ -123,7 +131,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="what our slices cost the scheduler")
     parser.add_argument("--nodes", type=int, help="synthetic nodes [1000]")
     parser.add_argument("--pods", type=int, help="pods per workload [500]")
-    parser.add_argument("--rounds", type=int, default=4, help="ABBA rounds of (c) and (d) [4]")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of (c) and (d) [3]")
     parser.add_argument("--smoke", action="store_true", help="20 nodes, 20 pods: runs only")
     parser.add_argument("--bin", type=Path, help="directory of the 1.37.2 binaries")
     parser.add_argument("--format", choices=["text", "markdown"], default="text")

@@ -4,7 +4,9 @@ Times the scheduler's per-node DRA work (``structured.Allocator.Allocate``, the 
 DynamicResources Filter runs for every node it tries) with the Go program in
 ``benchmarks/sched_alloc/`` (needs Go and the k8s.io/dynamic-resource-allocation v0.37.2 module,
 from the module cache or the proxy): one node whose slice is our publisher's for the 2-socket
-tree with 2 VFs per PF, or a variant of it with some attributes left out, and the claims of
+tree with 2 VFs per PF, the slice it published before issue 31 (with the uacce name, ``api``,
+``driverVersion``, ``physfn`` and every queue total), or a variant with some attributes left
+out, and the claims of
 benchmarks/sched.py under the chart's DeviceClasses. No cluster, no noise from the API server:
 microseconds per node and claim, as a ratio to the minimal slice. See benchmarks/README.md,
 "Scheduling".
@@ -27,12 +29,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench_core import Figure, as_json, machine, progress, render  # noqa: E402
-from sched_objects import TEMPLATES, full_slice, minimal_slice  # noqa: E402
+from sched_objects import TEMPLATES, before_slice, full_slice, minimal_slice  # noqa: E402
 
 from kae_deviceplugin.dra.slices import NodeRef  # noqa: E402
 
 GO_DIR = Path(__file__).resolve().parent / "sched_alloc"
-INFORMATIONAL = ("uacceName", "api", "driverVersion", "physfn")
 Device = dict[str, Any]
 
 
@@ -43,28 +44,22 @@ def _variant(devices: list[Device], change: Callable[[Device], None]) -> list[De
     return changed
 
 
-def _drop_informational(device: Device) -> None:
-    for key in INFORMATIONAL:
-        device["attributes"].pop(key, None)
-
-
 def _keep(device: Device, keep: Callable[[str, Any], bool]) -> None:
     device["attributes"] = {k: v for k, v in device["attributes"].items() if keep(k, v)}
 
 
 def variants() -> dict[str, list[Device]]:
-    """Our slice, the minimal one, and our slice less one group of attributes at a time."""
+    """Our slice, the minimal one, ours before issue 31, and ours less the algorithms."""
     node = NodeRef("n1", "00000000-0000-0000-0000-000000000000")
     full = full_slice(node, 1)["spec"]["devices"]
     return {
         "ours": full,
         "minimal": minimal_slice(node, 1)["spec"]["devices"],
-        "ours without uacceName, api, driverVersion, physfn": _variant(full, _drop_informational),
+        "ours before issue 31": before_slice(node, 1)["spec"]["devices"],
         "ours with only the true alg_*": _variant(
             full, lambda d: _keep(d, lambda k, v: not k.startswith("alg_") or v["bool"])
         ),
         "ours without alg_*": _variant(full, lambda d: _keep(d, lambda k, v: "alg_" not in k)),
-        "ours without capacity": _variant(full, lambda d: d.pop("capacity", None)),
     }
 
 

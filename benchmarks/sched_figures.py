@@ -16,7 +16,8 @@ ANCHORS = {
     "claim_alg": "upstream: one claim per pod ~120 pods/s at 500 nodes",
     "claim_numa": "upstream: a matchAttribute constraint about halves the rate",
 }
-ORDER = ("dp_ext", "dra_ext", "claim_alg", "claim_alg_min", "claim_numa", "claim_numa_min")
+ORDER = ("dp_ext", "dra_ext", "claim_alg", "claim_alg_min", "claim_alg_before", "claim_numa",
+         "claim_numa_min", "claim_numa_before")  # fmt: skip
 
 
 def pooled(outcomes: Sequence[Outcome]) -> dict[str, dict[str, Any]]:
@@ -54,6 +55,11 @@ def _note(pool: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _minimal_of(key: str) -> str:
+    """The workload on the minimal slice that ``key`` is compared with."""
+    return key.removesuffix("_before") + "_min"
+
+
 def _rate_row(key: str, pools: dict[str, dict[str, Any]]) -> Figure:
     pool = pools[key]
     ratio, reference, target, met = None, ANCHORS.get(key, ""), "", None
@@ -68,6 +74,11 @@ def _rate_row(key: str, pools: dict[str, dict[str, Any]]) -> Figure:
     elif key == "claim_numa_min" and "claim_alg_min" in pools:
         ratio = pool["rate"] / pools["claim_alg_min"]["rate"]
         reference = f"(c) on the minimal slice {pools['claim_alg_min']['rate']:.1f} pods/s"
+    elif key.endswith("_before") and _minimal_of(key) in pools:
+        # Our slice as it was before issue 31, in the same run: what the cut gained.
+        now, base = pools[key.removesuffix("_before")], pools[_minimal_of(key)]
+        ratio = pool["rate"] / base["rate"]
+        reference = f"minimal slice {base['rate']:.1f} pods/s; our slice now {now['rate']:.1f}"
     elif key == "dra_ext" and "dp_ext" in pools:
         ratio = pool["rate"] / pools["dp_ext"]["rate"]
         reference = f"(a) {pools['dp_ext']['rate']:.1f} pods/s; {reference}"
@@ -89,7 +100,7 @@ def _scheduler_row(key: str, pools: dict[str, dict[str, Any]]) -> Figure:
     pool = pools[key]
     per_pod = {p: 1000 * pool.get(p, 0.0) / max(1, pool["bound"]) for p in ("algorithm", "filter")}
     ratio, reference = None, f"of which Filter {per_pod['filter']:.1f} ms"
-    minimal = pools.get(key + "_min")
+    minimal = pools.get(_minimal_of(key))
     if minimal is not None and minimal.get("algorithm"):
         base = 1000 * minimal["algorithm"] / max(1, minimal["bound"])
         ratio = per_pod["algorithm"] / base

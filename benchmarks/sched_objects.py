@@ -148,12 +148,35 @@ def minimal_slice(node: NodeRef, generation: int) -> Json:
     return built
 
 
+def before_slice(node: NodeRef, generation: int) -> Json:
+    """Our slice as published before issue 31 cut it: every device also carried its uacce name,
+    the QM ``api``, the driver version, a VF's PF and its queue total, shared or not."""
+    built = full_slice(node, generation)
+    inv = _inventories()
+    by_address = {d.pci_address: d for d in inv.base}
+    for entry in built["spec"]["devices"]:
+        address = entry["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+        device = by_address[address]
+        before = {"uacceName": {"string": device.name}, "api": {"string": device.api or ""},
+                  "driverVersion": {"version": device.driver_version or "0.0.0"}}  # fmt: skip
+        if device.parent_pf is not None:
+            before["physfn"] = {"string": device.parent_pf}
+        entry["attributes"] = before | entry["attributes"]
+        entry.setdefault("capacity", {"queues": {"value": str(inv.queues[address])}})
+    return built
+
+
+SLICE_KINDS: dict[str, Callable[[NodeRef, int], Json]] = {
+    "full": full_slice, "minimal": minimal_slice, "before": before_slice,
+}  # fmt: skip
+
+
 def attribute_counts(slice_: Json) -> list[int]:
     return [len(d["attributes"]) + len(d.get("capacity", {})) for d in slice_["spec"]["devices"]]
 
 
 class Slices:
-    """Every node's slice, created once and then replaced with the full or the minimal one."""
+    """Every node's slice, created once and then replaced with one of another kind."""
 
     def __init__(self, kube: Kube, nodes: Sequence[NodeRef]) -> None:
         self.kube, self.nodes = kube, list(nodes)
@@ -163,7 +186,7 @@ class Slices:
 
     async def publish(self, kind: str) -> None:
         self.generation += 1
-        build = full_slice if kind == "full" else minimal_slice
+        build = SLICE_KINDS[kind]
 
         async def one(node: NodeRef) -> None:
             body = build(node, self.generation)

@@ -15,7 +15,8 @@ import pytest
 
 from tests.e2e.cluster import REPO
 
-KEYS = ("dp_ext", "dra_ext", "claim_alg", "claim_alg_min", "claim_numa", "claim_numa_min")
+KEYS = ("dp_ext", "dra_ext", "claim_alg", "claim_alg_min", "claim_alg_before", "claim_numa",
+        "claim_numa_min", "claim_numa_before")  # fmt: skip
 
 
 def _plane_module() -> ModuleType:
