@@ -113,3 +113,29 @@ def test_a_json_kubeconfig_is_read_without_yaml() -> None:
         timeout=60,
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+# What `serve` never loads: uevents come from a netlink socket of its own (daemon/uevents.py).
+SERVE_NEVER_LOADS = ("pyudev",)
+
+
+def test_serve_loads_no_uevent_library() -> None:
+    """In a fresh interpreter, everything `serve` imports (its CLI and the daemon) and opening the
+    uevent socket leave the listed modules unloaded."""
+    code = textwrap.dedent(
+        f"""
+        import sys
+        import kae_deviceplugin.cli.main, kae_deviceplugin.daemon.run
+        from kae_deviceplugin.daemon.hotplug import open_uacce_monitor
+        try:
+            open_uacce_monitor().close()
+        except OSError:
+            pass  # a sandbox without netlink: the imports are what is checked
+        print([m for m in {SERVE_NEVER_LOADS!r} if m in sys.modules])
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
