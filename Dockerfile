@@ -54,12 +54,6 @@ LABEL org.opencontainers.image.title="kae-device-plugin" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.vendor="openFuyao"
-# pyudev loads libudev through ctypes; slim bases do not always carry it. Versions follow the
-# base's own Debian release, so they are not pinned here (hadolint DL3008).
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends libudev1 \
-    && rm -rf /var/lib/apt/lists/*
 COPY --from=build /opt/kae /opt/kae
 ENV PATH=/opt/kae/bin:${PATH} \
     PYTHONDONTWRITEBYTECODE=1 \

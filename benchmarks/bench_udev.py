@@ -1,4 +1,4 @@
-"""udev event to ListAndWatch update: umockdev's synthetic uevents, a real pyudev monitor.
+"""udev event to ListAndWatch update: umockdev's synthetic uevents, the real netlink monitor.
 
 Reuses the ``daemon`` scenario of ``tests/support/umockdev_driver.py`` (the hotplug tests'
 driver): the whole daemon with its udev task and a 60 s scan interval, so only the uevent can

@@ -27,8 +27,8 @@ set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SUITE=bookworm
-# python3-venv gives `python3 -m venv` with pip; libudev1 is what pyudev loads.
-BASE_PACKAGES=python3,python3-venv,libudev1,ca-certificates
+# python3-venv gives `python3 -m venv` with pip.
+BASE_PACKAGES=python3,python3-venv,ca-certificates
 arch="$(dpkg --print-architecture)"
 tag=""
 base_cache=""

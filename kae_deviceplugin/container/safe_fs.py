@@ -17,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
-import shutil
 import stat
 import time
 from collections.abc import Iterator
@@ -146,6 +144,10 @@ def remove_entry(dir_fd: int, name: str) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(st.st_mode):
+        # Imported here: a directory is removed only at exit (the view's) or where one is in the
+        # way, and shutil brings bz2 and lzma, which the daemon would otherwise keep loaded.
+        import shutil  # noqa: PLC0415
+
         # rmtree with dir_fd works through descriptors too and never follows a link inside.
         shutil.rmtree(name, dir_fd=dir_fd)
         return
@@ -156,7 +158,8 @@ def remove_entry(dir_fd: int, name: str) -> None:
 # Per process: during a rolling update two driver instances write the same files (the DRA
 # checkpoint, a claim's CDI spec), and one must never remove or rename the other's half-written
 # temporary file. The PID alone is not enough: two pods' PID namespaces can both have PID 1.
-_INSTANCE = f"{os.getpid()}-{secrets.token_hex(4)}"
+# (os.urandom is what secrets.token_hex reads; secrets would keep hashlib and hmac loaded.)
+_INSTANCE = f"{os.getpid()}-{os.urandom(4).hex()}"
 TEMPORARY_SUFFIX = ".tmp"
 
 

@@ -4,13 +4,14 @@ Events only trigger a rescan; the rescan itself reads sysfs and decides what cha
 duplicated event costs nothing but latency (the periodic full pass stays the safety net). While
 the monitor works the scan loop's ticks leave to it what only changes with a uevent (devices
 added and removed, /dev nodes, driver links); once it fails they look at those again. Where no
-udev monitor can be opened (no libudev, no netlink permission) the task says so once and ends.
+uevent socket can be opened (no netlink permission, no netlink in a sandbox) the task says so
+once and ends. The socket and its two formats are ``daemon/uevents.py``'s.
 
 Which netlink group: udevd re-broadcasts events on the "udev" group after its rules ran, but
-without a running udevd libudev silently disables such a monitor, so then the raw "kernel" group is
-used. Nothing here depends on udev rules: the kernel creates the attributes and the devtmpfs node
-before it sends the event. (A pod outside the host network namespace only sees kernel events, so
-a deployment that mounts ``/run/udev`` there should pass ``source="kernel"``.)
+without a running udevd nobody sends there, so then the raw "kernel" group is used. Nothing here
+depends on udev rules: the kernel creates the attributes and the devtmpfs node before it sends
+the event. (A pod outside the host network namespace only sees kernel events, so a deployment
+that mounts ``/run/udev`` there should pass ``source="kernel"``.)
 """
 
 from __future__ import annotations
@@ -20,12 +21,11 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
-
-import pyudev  # loads libudev only when a Context is made, so importing is safe without it
+from typing import Protocol
 
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.daemon.uevents import open_netlink_monitor
 from kae_deviceplugin.discovery.fd_budget import on_sysfs
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class ScanTarget(Protocol):
 
 
 class UeventDevice(Protocol):
-    """The part of ``pyudev.Device`` used here."""
+    """The part of a ``uevents.Uevent`` used here."""
 
     @property
     def action(self) -> str | None: ...
@@ -69,11 +69,13 @@ class UeventDevice(Protocol):
 
 
 class UeventMonitor(Protocol):
-    """The part of ``pyudev.Monitor`` used here; ``poll(timeout=0)`` must never block."""
+    """The part of ``uevents.NetlinkMonitor`` used here; ``poll()`` must never block."""
 
     def fileno(self) -> int: ...
 
-    def poll(self, timeout: float | None = None) -> UeventDevice | None: ...
+    def poll(self) -> UeventDevice | None: ...
+
+    def close(self) -> None: ...
 
 
 MonitorFactory = Callable[[], UeventMonitor]
@@ -85,16 +87,12 @@ def netlink_source(udev_control: Path = UDEV_CONTROL) -> str:
 
 
 def open_uacce_monitor(source: str | None = None) -> UeventMonitor:
-    """A started, non-blocking pyudev monitor for the ``uacce`` subsystem.
+    """A non-blocking uevent socket for the ``uacce`` subsystem.
 
-    Raises whatever pyudev or libudev raise (ImportError without libudev, OSError without netlink
-    permission); ``udev_task`` turns that into the fallback.
+    Raises OSError without netlink permission (ValueError for an unknown source); ``udev_task``
+    turns that into the fallback.
     """
-    monitor: Any = pyudev.Monitor.from_netlink(pyudev.Context(), source=source or netlink_source())
-    monitor.filter_by(SUBSYSTEM)
-    monitor.start()  # also sets O_NONBLOCK
-    opened: UeventMonitor = monitor
-    return opened
+    return open_netlink_monitor(source or netlink_source(), SUBSYSTEM)
 
 
 class _Drainer:
@@ -115,7 +113,7 @@ class _Drainer:
     def __call__(self) -> None:
         for _ in range(MAX_EVENTS_PER_WAKEUP):
             try:
-                device = self.monitor.poll(timeout=0)
+                device = self.monitor.poll()
             except Exception as err:  # a reader callback's exception would only be logged, forever
                 self.failed(err)
                 return
@@ -162,11 +160,16 @@ async def udev_task(
     loop = asyncio.get_running_loop()
     try:
         monitor = open_monitor()
+    except Exception as err:  # udev is optional: any failure to set it up means "no hotplug"
+        _fall_back(daemon, f"cannot open a udev monitor ({err})")
+        return
+    try:
         fd = monitor.fileno()
         drainer = _Drainer(monitor, daemon.rescan_now, daemon.counters)
         loop.add_reader(fd, drainer)
-    except Exception as err:  # udev is optional: any failure to set it up means "no hotplug"
-        _fall_back(daemon, f"cannot open a udev monitor ({err})")
+    except Exception as err:
+        monitor.close()
+        _fall_back(daemon, f"cannot watch the udev monitor ({err})")
         return
     log.info("watching udev for %s hotplug (netlink fd %d)", SUBSYSTEM, fd)
     # Devices coming and going, /dev nodes and driver (un)binding now arrive as uevents: the
@@ -184,6 +187,7 @@ async def udev_task(
     finally:
         daemon.scanner.uevents_cover_links(False)
         loop.remove_reader(fd)
+        monitor.close()  # the task owns the socket it opened
     _fall_back(daemon, f"the udev monitor keeps failing ({drainer.last_error})")
 
 

@@ -1,7 +1,8 @@
 """udev_task against a fake monitor: what an event does, bursts, failures, fallback, cleanup.
 
 The fake has a real file descriptor (a socketpair), so the task's ``loop.add_reader`` wiring is
-exercised for real; only libudev is left out (tests/daemon/test_hotplug_umockdev.py covers that).
+exercised for real; only the netlink socket is left out (tests/daemon/test_uevents.py reads one,
+tests/daemon/test_hotplug_umockdev.py covers the whole path).
 """
 
 from __future__ import annotations
@@ -54,8 +55,7 @@ class FakeMonitor:
     def fileno(self) -> int:
         return self.reader.fileno()
 
-    def poll(self, timeout: float | None = None) -> UeventDevice | None:
-        assert timeout == 0, "the task must never block the event loop"
+    def poll(self) -> UeventDevice | None:
         self.polls += 1
         if not self.queue:
             return None
@@ -69,13 +69,24 @@ class FakeMonitor:
         self.reader.close()
         self.writer.close()
 
+    @property
+    def closed(self) -> bool:
+        return self.reader.fileno() == -1
+
 
 class BrokenMonitor(FakeMonitor):
     """Readable for ever, failing every read: a monitor whose socket went bad."""
 
-    def poll(self, timeout: float | None = None) -> UeventDevice | None:
+    def poll(self) -> UeventDevice | None:
         self.polls += 1
         raise OSError(errno.EBADF, "bad file descriptor")
+
+
+class UnwatchableMonitor(FakeMonitor):
+    """Opened, but with a descriptor the event loop refuses."""
+
+    def fileno(self) -> int:
+        return -1
 
 
 def make_daemon(tmp_path: Path, scan_interval: float = 60.0) -> DevicePluginDaemon:
@@ -189,12 +200,12 @@ def test_irrelevant_actions_do_not_rescan(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "error",
     [
-        ImportError("libudev.so.1 not found"),
         PermissionError(errno.EPERM, "Operation not permitted"),
         OSError(errno.EPROTONOSUPPORT, "Protocol not supported"),
-        ValueError("Invalid source: 'udev'"),
+        OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol"),
+        ValueError("unknown uevent source 'x'"),
     ],
-    ids=["no-libudev", "no-netlink-permission", "no-netlink", "pyudev-error"],
+    ids=["no-netlink-permission", "no-netlink", "no-netlink-family", "bad-source"],
 )
 def test_unavailable_udev_warns_once_and_ends(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, error: Exception
@@ -219,9 +230,11 @@ def test_unavailable_udev_warns_once_and_ends(
     assert not daemon.scan.rescan_now.is_set()
 
 
-def test_cancellation_removes_the_reader(tmp_path: Path) -> None:
-    """When the daemon stops, the task's fd is no longer watched by the loop."""
+def test_cancellation_removes_the_reader_and_closes_the_monitor(tmp_path: Path) -> None:
+    """When the daemon stops, the task's fd is no longer watched by the loop, and the socket the
+    task opened is closed."""
     monitor = FakeMonitor()
+    fd = monitor.fileno()
     daemon = make_daemon(tmp_path)
 
     async def main() -> None:
@@ -229,8 +242,10 @@ def test_cancellation_removes_the_reader(tmp_path: Path) -> None:
         task = asyncio.create_task(udev_task(daemon.scan, lambda: monitor, AS_KERNELS))
         monitor.push(FakeDevice("add", "hisi_hpre-2"))
         await rescan_requested(daemon)  # the reader is installed
+        assert not monitor.closed
         await stop(task)
-        assert loop.remove_reader(monitor.fileno()) is False
+        assert monitor.closed
+        assert loop.remove_reader(fd) is False
 
     run(main)
     monitor.close()
@@ -262,6 +277,7 @@ def test_a_monitor_that_keeps_failing_is_given_up(
     caplog.set_level(logging.INFO, logger="kae_deviceplugin.daemon.hotplug")
     monitor = BrokenMonitor()
     monitor.push(FakeDevice("add", "x"))  # makes the fd readable for good: nothing reads it
+    fd = monitor.fileno()
     daemon = make_daemon(tmp_path, scan_interval=2.0)
 
     async def main() -> None:
@@ -273,7 +289,8 @@ def test_a_monitor_that_keeps_failing_is_given_up(
         for _ in range(3):
             await asyncio.sleep(0)
         assert monitor.polls == polls == hotplug.MAX_CONSECUTIVE_ERRORS
-        assert loop.remove_reader(monitor.fileno()) is False
+        assert loop.remove_reader(fd) is False
+        assert monitor.closed
         assert not daemon.scan.scanner.links_by_uevents, "ticks must look at the links again"
 
     run(main)
@@ -281,6 +298,24 @@ def test_a_monitor_that_keeps_failing_is_given_up(
     assert len(warnings) == 1
     assert "periodic rescan every 2 s" in warnings[0]
     monitor.close()
+
+
+def test_a_monitor_that_cannot_be_watched_is_closed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Opened, but its fd refused by the loop: the socket is closed, one warning, the task ends."""
+    caplog.set_level(logging.INFO, logger="kae_deviceplugin.daemon.hotplug")
+    monitor = UnwatchableMonitor()
+    daemon = make_daemon(tmp_path)
+
+    async def main() -> None:
+        await asyncio.wait_for(udev_task(daemon.scan, lambda: monitor, AS_KERNELS), DEADLINE)
+
+    run(main)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "cannot watch the udev monitor" in warnings[0], warnings
+    assert monitor.closed, "the task must close what it opened"
+    assert not daemon.scan.scanner.links_by_uevents
 
 
 def test_netlink_source_follows_udevd(tmp_path: Path) -> None:

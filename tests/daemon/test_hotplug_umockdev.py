@@ -1,4 +1,4 @@
-"""Hotplug for real: umockdev uevents through a real pyudev monitor, up to the kubelet emulator.
+"""Hotplug for real: umockdev uevents through the real netlink monitor, up to the kubelet emulator.
 
 Each test runs a scenario of tests/support/umockdev_driver.py under ``umockdev-wrapper`` in a
 subprocess (the preload must be in place when the interpreter starts) and asserts on the JSON it

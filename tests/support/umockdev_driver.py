@@ -6,9 +6,13 @@
 
 The wrapper preloads libumockdev-preload, which redirects ``/sys`` and ``/dev`` to the testbed's
 temporary root and carries the testbed's synthetic uevents to netlink monitors opened after the
-testbed exists. The testbed's C library is driven through ctypes (no PyGObject to build), and
-its files are written by ``kae_deviceplugin.testing.sysfs_builder``, so the daemon scans the same
-Kunpeng-shaped tree through the real ``/sys`` path that it scans on a node.
+testbed exists: it turns a ``NETLINK_KOBJECT_UEVENT`` socket into a Unix datagram socket and
+sends it each event in libudev's format, whatever group was asked for, with the sender made to
+look like udevd's group with uid 0. So the daemon's own socket (``daemon/uevents.py``) hears them
+as it would udevd's on a node, and its sender check passes. The testbed's C library is driven
+through ctypes (no PyGObject to build), and its files are written by
+``kae_deviceplugin.testing.sysfs_builder``, so the daemon scans the same Kunpeng-shaped tree
+through the real ``/sys`` path that it scans on a node.
 
 tests/daemon/test_hotplug_umockdev.py runs these and asserts on the JSON; benchmarks can reuse them.
 """
@@ -145,7 +149,7 @@ async def timed_rescan(daemon: DevicePluginDaemon, emit: Callable[[], None]) -> 
 
 
 async def events(source: str, count: int) -> dict[str, Any]:
-    """udev_task alone (real pyudev monitor): does each testbed uevent set rescan_now?
+    """udev_task alone (its real netlink monitor): does each testbed uevent set rescan_now?
 
     ``count`` > 0 then adds and removes one device that many times and reports the latencies.
     """
