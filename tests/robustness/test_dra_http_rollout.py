@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.testing.sysfs_trees import large_tree
 from tests.support.dra_process import NODE, DraNode, device_names, dra_node, dra_process
 from tests.support.http_apiserver import HttpApiServer
@@ -56,7 +57,10 @@ def test_a_change_in_one_slice_of_two_is_one_update(api: HttpApiServer) -> None:
         device = last["spec"]["devices"][-1]
         generation = last["spec"]["pool"]["generation"]
         before = api.faults.count(("create", "update", "delete"))
-        (tree.root / "dev" / device["attributes"]["uacceName"]["string"]).unlink()
+        address = device["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+        found = scan(tree.root / "sys", tree.root / "dev")
+        uacce = next(d.name for d in found if d.pci_address == address)
+        (tree.root / "dev" / uacce).unlink()
 
         def tainted() -> bool:
             found = [s for s in api.slices() if s["metadata"]["name"] == last["metadata"]["name"]]
