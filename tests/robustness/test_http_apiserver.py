@@ -49,9 +49,7 @@ def api() -> Iterator[HttpApiServer]:
         yield server
 
 
-def with_client(
-    api: HttpApiServer, tmp_path: Path, body: Callable[[RestApi], Awaitable[T]]
-) -> T:
+def with_client(api: HttpApiServer, tmp_path: Path, body: Callable[[RestApi], Awaitable[T]]) -> T:
     """Run ``body`` with a client of ``api`` made from a kubeconfig, as the daemon makes it."""
 
     async def run() -> T:
