@@ -23,6 +23,7 @@ from urllib.parse import quote, urlencode
 
 from kae_deviceplugin.apiserver.credentials import Target, from_kubeconfig, from_service_account
 from kae_deviceplugin.apiserver.http1 import Connection, Head, lines
+from kae_deviceplugin.apiserver.http_pool import Pool
 from kae_deviceplugin.apiserver.kubeconfig import check_service_account, load_kubeconfig
 from kae_deviceplugin.apiserver.rest_errors import EventError, Refused, Silent, translated
 from kae_deviceplugin.apiserver.seam import JsonObject, Kind, WatchStart
@@ -33,7 +34,6 @@ REQUEST_TIMEOUT = 10.0  # per call: a slow API server must not wedge a kubelet c
 WATCH_SECONDS = 300  # the server ends a watch this quiet cleanly, and it is resumed
 WATCH_SILENCE = WATCH_SECONDS + 30.0  # longer without a line or the end: the stream is broken
 APPLY = "application/apply-patch+yaml"  # JSON is YAML: the body is the object's JSON
-IDLE_CONNECTIONS = 4  # kept for the next call; the driver seldom has more under way at once
 USER_AGENT = "kae-deviceplugin"
 
 
@@ -44,8 +44,7 @@ class RestApi:
     def __init__(self, target: Target) -> None:
         self.target = target
         self.server = target.server
-        self._idle: list[Connection] = []
-        self._watching: set[Connection] = set()
+        self._pool = Pool(target.endpoint)
 
     # -- the seam -------------------------------------------------------------------------------
 
@@ -124,10 +123,7 @@ class RestApi:
                     yield event, obj
 
     async def close(self) -> None:
-        for connection in [*self._idle, *self._watching]:
-            connection.close()
-        self._idle.clear()
-        self._watching.clear()
+        self._pool.close()
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -193,40 +189,7 @@ class RestApi:
         self, method: str, target: str, payload: bytes, content_type: str
     ) -> tuple[Head, bytes]:
         headers = await self._headers(payload, content_type)
-        connection, reused = await self._connection()
-        try:
-            try:
-                await connection.send(method, target, headers, payload)
-                head = await connection.head()
-            except (ConnectionError, asyncio.IncompleteReadError):
-                # A kept-alive connection the server closed just as we sent: asked again on a
-                # new one, but for a create, which might have been received after all.
-                if not reused or method == "POST":
-                    raise
-                connection.close()
-                connection, reused = await self._connection(fresh=True)
-                await connection.send(method, target, headers, payload)
-                head = await connection.head()
-            data = await connection.body(head)
-        except BaseException:
-            connection.close()
-            raise
-        self._release(connection)
-        return head, data
-
-    async def _connection(self, fresh: bool = False) -> tuple[Connection, bool]:
-        while self._idle and not fresh:
-            connection = self._idle.pop()
-            if not connection.stale:
-                return connection, True
-            connection.close()
-        return await Connection.open(self.target.endpoint), False
-
-    def _release(self, connection: Connection) -> None:
-        if connection.reusable and len(self._idle) < IDLE_CONNECTIONS:
-            self._idle.append(connection)
-        else:
-            connection.close()
+        return await self._pool.exchange(method, target, headers, payload)
 
     async def _stream(
         self, path: str, query: Mapping[str, str]
@@ -254,22 +217,19 @@ class RestApi:
                     raise Silent(f"no event nor end of the watch in {WATCH_SILENCE:g} s") from None
                 yield _event(line)
         finally:
-            self._watching.discard(connection)
-            connection.close()
+            self._pool.release_held(connection)
 
     async def _open_watch(self, target: str) -> tuple[Connection, Head]:
         """A new connection (a watch holds it) with the watch's answer head read."""
         headers = await self._headers(b"", "")
         async with _bounded():
-            connection = await Connection.open(self.target.endpoint)
-        self._watching.add(connection)
+            connection = await self._pool.hold()
         try:
             async with _bounded():
                 await connection.send("GET", target, headers, b"")
                 return connection, await connection.head()
         except BaseException:
-            self._watching.discard(connection)
-            connection.close()
+            self._pool.release_held(connection)
             raise
 
 

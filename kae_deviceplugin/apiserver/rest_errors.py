@@ -98,10 +98,11 @@ async def translated(
         raise ApiError(f"{at}: {said}", status=code, reason=reason, **asked) from None
     except CredentialError as err:
         raise ApiError(f"{at}: no credentials: {err}", **asked) from None
+    # Before ValueError: a certificate refused (SSLCertVerificationError) is both.
+    except (OSError, EOFError, ProtocolError, asyncio.LimitOverrunError) as err:
+        raise ApiError(f"{at}: API server not reachable ({_unreachable(err)})",
+                       reason=UNREACHABLE, **asked) from err  # fmt: skip
     except (ValueError, KeyError, TypeError) as err:
         what_broke = "event" if stream else "answer"
         raise ApiError(f"{at}: undecodable {what_broke} ({type(err).__name__}: {err})",
                        **asked) from err  # fmt: skip
-    except (OSError, EOFError, ProtocolError, asyncio.LimitOverrunError) as err:
-        raise ApiError(f"{at}: API server not reachable ({_unreachable(err)})",
-                       reason=UNREACHABLE, **asked) from err  # fmt: skip
