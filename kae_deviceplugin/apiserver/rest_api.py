@@ -16,7 +16,7 @@ import asyncio
 import builtins
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -118,9 +118,12 @@ class RestApi:
                     query["fieldSelector"] = _selector(field_selector)
                 if version is not None:
                     query["resourceVersion"] = version
-                async for event, obj in self._stream(self._path(kind, None), query):
-                    version = obj["metadata"]["resourceVersion"]
-                    yield event, obj
+                # Closed at once when the caller stops reading, not when it is collected: the
+                # stream's connection goes with it.
+                async with contextlib.aclosing(self._stream(self._path(kind, None), query)) as got:
+                    async for event, obj in got:
+                        version = obj["metadata"]["resourceVersion"]
+                        yield event, obj
 
     async def close(self) -> None:
         self._pool.close()
@@ -193,7 +196,7 @@ class RestApi:
 
     async def _stream(
         self, path: str, query: Mapping[str, str]
-    ) -> AsyncIterator[tuple[str, JsonObject]]:
+    ) -> AsyncGenerator[tuple[str, JsonObject]]:
         """One watch request's events, until the server ends it; ``Refused`` for a refusal,
         ``EventError`` for an ERROR event (410: the version is too old)."""
         target = f"{path}?{urlencode(query)}"

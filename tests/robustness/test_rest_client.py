@@ -268,3 +268,21 @@ def test_a_token_file_is_read_again_after_a_401(tmp_path: Path) -> None:
             return [r.headers["authorization"] for _, r in server.requests]
 
     assert asyncio.run(main()) == ["Bearer old", "Bearer new", "Bearer new"]
+
+
+def test_a_watch_the_caller_stops_reading_closes_its_connection(tmp_path: Path) -> None:
+    """The caller takes one event and closes the watch: the server sees its connection end
+    at once (not when the generator is collected), while the stream was still open."""
+
+    async def respond(request: Request, writer: Any) -> bool:
+        writer.write(WATCH_HEAD + chunked(event("ADDED", "s1", "2")))
+        return True  # then waits for the next request: the client's close ends it
+
+    async def body(client: RestApi, server: RawServer) -> None:
+        events = client.watch(RESOURCE_SLICES, SELECTOR)
+        assert (await anext(events))[0] == "ADDED"
+        assert server.ended == 0
+        await events.aclose()  # type: ignore[attr-defined]
+        await server.closed(1)
+
+    run(tmp_path, respond, body)

@@ -27,13 +27,21 @@ class RawServer:
     url: str
     requests: list[tuple[int, Request]] = field(default_factory=list)
     connections: int = 0
+    ended: int = 0  # connections the client closed (or the server, after ``respond``)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)  # set at each request
+    left: asyncio.Event = field(default_factory=asyncio.Event)  # set as each connection ends
 
     async def requested(self, count: int) -> None:
         """Until ``count`` requests arrived (the caller's deadline bounds the wait)."""
         while len(self.requests) < count:
             self.arrived.clear()
             await self.arrived.wait()
+
+    async def closed(self, count: int) -> None:
+        """Until ``count`` connections ended (the caller's deadline bounds the wait)."""
+        while self.ended < count:
+            self.left.clear()
+            await self.left.wait()
 
 
 @contextlib.asynccontextmanager
@@ -60,6 +68,8 @@ async def serving(respond: Respond, tls: ssl.SSLContext | None = None) -> AsyncI
         finally:
             tasks.discard(task)
             writer.close()
+            raw.ended += 1
+            raw.left.set()
 
     server = await asyncio.start_server(connection, HOST, 0, ssl=tls)
     port = server.sockets[0].getsockname()[1]
