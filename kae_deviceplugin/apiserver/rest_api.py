@@ -201,10 +201,10 @@ class RestApi:
         ``EventError`` for an ERROR event (410: the version is too old)."""
         target = f"{path}?{urlencode(query)}"
         connection, head = await self._open_watch(target)
-        if head.status == 401 and await self.target.authorization.refresh():
-            connection.close()
-            connection, head = await self._open_watch(target)
         try:
+            if head.status == 401 and await self.target.authorization.refresh():
+                self._pool.release_held(connection)
+                connection, head = await self._open_watch(target)
             if head.status != 200:
                 async with _bounded():
                     raise Refused(head, await connection.body(head))

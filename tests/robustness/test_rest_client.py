@@ -234,40 +234,67 @@ def test_requests_are_those_the_api_server_expects(tmp_path: Path) -> None:
     ]
 
 
-def test_a_token_file_is_read_again_after_a_401(tmp_path: Path) -> None:
-    """A kubeconfig user with a tokenFile: read at the first call; rotated meanwhile, the
-    server's 401 makes the client read it again and ask once more; then it is kept."""
-    token = tmp_path / "token"
-    token.write_text("old\n")
+def token_kubeconfig(tmp_path: Path, server: str) -> Path:
+    """A kubeconfig whose user has a tokenFile, ``token`` beside it."""
     config = {
         "current-context": "c",
         "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-        "users": [{"name": "u", "user": {"tokenFile": "token"}}],  # beside the kubeconfig
+        "clusters": [{"name": "k", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"tokenFile": "token"}}],
     }
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def rotating(token: Path, answer: Callable[[Request, Any], None]) -> Respond:
+    """A server that accepts only the token "new": it rotates the file from "old" to "new" and
+    answers 401 to the old one; ``answer`` answers an accepted request."""
 
     async def respond(request: Request, writer: Any) -> bool:
         if request.headers.get("authorization") != "Bearer new":
             token.write_text("new\n")  # rotated just after the client read it
             writer.write(json_answer(401, {"kind": "Status", "code": 401}, "Unauthorized"))
         else:
-            writer.write(json_answer(200, NODE))
+            answer(request, writer)
         return True
 
+    return respond
+
+
+def test_a_token_file_is_read_again_after_a_401(tmp_path: Path) -> None:
+    """A kubeconfig user with a tokenFile: read at the first call; rotated meanwhile, the
+    server's 401 makes the client read it again and ask once more; then it is kept. A watch
+    does the same."""
+    token = tmp_path / "token"
+    token.write_text("old\n")
+
+    def answer(request: Request, writer: Any) -> None:
+        if request.query.get("watch"):
+            gone = json.dumps({"type": "ERROR", "object": GONE}).encode() + b"\n"
+            writer.write(WATCH_HEAD + chunked(gone) + b"0\r\n\r\n")
+        else:
+            writer.write(json_answer(200, NODE))
+
     async def main() -> list[str]:
-        async with serving(respond) as server:
-            clusters = [{"name": "k", "cluster": {"server": server.url}}]
-            path = tmp_path / "kubeconfig"
-            path.write_text(json.dumps({**config, "clusters": clusters}))
-            client = connect(path)
-            try:
-                async with asyncio.timeout(DEADLINE):
-                    await client.get(NODES, "n1")
-                    await client.get(NODES, "n1")
-            finally:
-                await client.close()
+        async with serving(rotating(token, answer)) as server:
+            path = token_kubeconfig(tmp_path, server.url)
+            for _ in range(2):  # a client that reads, then one that watches
+                client = connect(path)
+                try:
+                    async with asyncio.timeout(DEADLINE):
+                        if not server.requests:
+                            await client.get(NODES, "n1")
+                            await client.get(NODES, "n1")
+                        else:
+                            assert (await refused(watched(client, []))).status == 410
+                finally:
+                    await client.close()
+                token.write_text("old\n")
             return [r.headers["authorization"] for _, r in server.requests]
 
-    assert asyncio.run(main()) == ["Bearer old", "Bearer new", "Bearer new"]
+    reads, watch = ["Bearer old", "Bearer new", "Bearer new"], ["Bearer old", "Bearer new"]
+    assert asyncio.run(main()) == reads + watch
 
 
 def test_a_watch_the_caller_stops_reading_closes_its_connection(tmp_path: Path) -> None:
