@@ -179,7 +179,7 @@ def connections(args: argparse.Namespace) -> tuple[ApiServer, Any]:
 
         fake = FakeApiServer()
         return fake, lambda: fake
-    from kae_deviceplugin.apiserver.lightkube_api import connect
+    from kae_deviceplugin.apiserver.rest_api import connect
 
     kubeconfig = Path(args.kubeconfig)
     return connect(kubeconfig), lambda: connect(kubeconfig)

@@ -2,24 +2,70 @@
 
 kubectl's order: ``--kubeconfig``, else ``KUBECONFIG`` (its first file that exists: lightkube
 reads one file, so a list is not merged as kubectl merges it), else ``~/.kube/config``, else the
-pod's service account; ``--context`` picks a context of the file. Errors and resources are
-those of ``lightkube_api``, so both clients say the same thing about the same fault.
+pod's service account; ``--context`` picks a context of the file. Errors are said in the words
+of the daemon's client (``rest_errors``), so both say the same thing about the same fault. A
+person's command runs for a moment, so lightkube's memory does not matter here as it does in the
+daemon, which has a client of its own (``rest_api``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx2
 from lightkube import ALL_NS, AsyncClient, KubeConfig, SingleConfig
+from lightkube.core.exceptions import ApiError as LightkubeApiError
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
-from kae_deviceplugin.apiserver.lightkube_api import REQUEST_TIMEOUT, _plain, _resource, _translated
+from kae_deviceplugin.apiserver.rest_api import REQUEST_TIMEOUT
+from kae_deviceplugin.apiserver.rest_errors import status_said
 from kae_deviceplugin.apiserver.seam import JsonObject, Kind
-from kae_deviceplugin.errors import ApiError
+from kae_deviceplugin.errors import UNREACHABLE, ApiError
 
 DEFAULT_KUBECONFIG = Path("~/.kube/config")
+# httpx logs every request at INFO: a listing of many kinds would be one line each.
+logging.getLogger("httpx2").setLevel(logging.WARNING)
+
+
+@functools.cache
+def _resource(kind: Kind) -> Any:
+    """lightkube's generic (dict) resource class for ``kind``, made once."""
+    make = create_namespaced_resource if kind.namespaced else create_global_resource
+    return make(kind.group, kind.version, kind.kind, kind.plural)
+
+
+def _plain(obj: Any) -> JsonObject:
+    """A generic resource as the plain dict it is (typed ones are converted)."""
+    return dict(obj) if isinstance(obj, dict) else dict(obj.to_dict())
+
+
+@contextlib.asynccontextmanager
+async def _translated(verb: str, plural: str, name: str | None, server: str) -> AsyncIterator[None]:
+    """lightkube's and httpx's errors as ``errors.ApiError``, in the daemon client's words."""
+    what = f"{verb} {plural}" + (f"/{name}" if name else "")
+    at = f"{what} at {server}" if server else what
+    asked: dict[str, Any] = {"verb": verb, "resource": plural}
+    try:
+        yield
+    except LightkubeApiError as err:
+        response = getattr(err, "response", None)
+        status = err.status.to_dict() if hasattr(err.status, "to_dict") else {}
+        said, code, reason = status_said(status, response.status_code if response else 0)
+        raise ApiError(f"{at}: {said}", status=code, reason=reason, **asked) from err
+    except httpx2.HTTPStatusError as err:  # an answer that is no Status object (a proxy's page)
+        code = err.response.status_code
+        raise ApiError(f"{at}: HTTP {code} {err.response.reason_phrase}".rstrip(), status=code,
+                       **asked) from err  # fmt: skip
+    except httpx2.HTTPError as err:
+        raise ApiError(
+            f"{at}: API server not reachable ({err})", reason=UNREACHABLE, **asked
+        ) from err
 
 
 class LightkubeReads:

@@ -31,7 +31,7 @@ NODE_FIX = "--node-name (KAE_DP_NODE_NAME) or NODE_NAME must be the node's name 
 
 
 def real_connect(kubeconfig: Path | None) -> ApiServer:
-    from kae_deviceplugin.apiserver.lightkube_api import connect  # noqa: PLC0415 -- DRA only
+    from kae_deviceplugin.apiserver.rest_api import connect  # noqa: PLC0415 -- DRA only
 
     return connect(kubeconfig)
 

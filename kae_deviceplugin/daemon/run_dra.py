@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from kae_deviceplugin.apiserver.hints import HintedApi
-from kae_deviceplugin.apiserver.lightkube_api import LightkubeApi, connect
 from kae_deviceplugin.apiserver.paced import PacedApi
+from kae_deviceplugin.apiserver.rest_api import RestApi, connect
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.config.resolve import check_node_name_variable
 from kae_deviceplugin.config.settings import Settings
@@ -45,7 +45,7 @@ def node_name(settings: Settings) -> str:
     return name
 
 
-def _client(settings: Settings, label: Label) -> LightkubeApi:
+def _client(settings: Settings, label: Label) -> RestApi:
     """The API client, or a refusal naming the kubeconfig where it was set (``label``: its
     flag, variable or file key) and what is wrong with it; exit 2 for a file that is no
     kubeconfig, 3 for one the daemon cannot read or a pod without its service account."""

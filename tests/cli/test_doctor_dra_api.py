@@ -1,6 +1,6 @@
 """`doctor` in DRA mode against the API: the node's ResourceSlices in the in-memory API server
 (behind the same seam as the real client), compared with what the driver builds from the scan;
-the real client (lightkube) against an address where nothing listens; and the command line."""
+the real client against an address where nothing listens; and the command line."""
 
 from __future__ import annotations
 
@@ -164,7 +164,8 @@ def test_a_bad_mode_is_refused_as_serve_refuses_it() -> None:
 
 def test_doctor_in_device_plugin_mode_loads_no_api_client_nor_dra() -> None:
     """The default mode's doctor, run whole in a fresh interpreter, imports neither the API
-    seam nor lightkube nor the DRA modules; with --mode dra it does (so the test can fail)."""
+    seam nor the DRA modules; with --mode dra it does (so the test can fail), and no client
+    library even then: the API client is the package's own."""
     tree = FIXTURES / "kunpeng920-2p"
     code = (
         "import json, sys\n"
@@ -173,7 +174,7 @@ def test_doctor_in_device_plugin_mode_loads_no_api_client_nor_dra() -> None:
         "CliRunner().invoke(main, ['doctor', '--metrics-address', '', '--nfd-features-file', '',\n"
         f"    '--sysfs-root', {str(tree / 'sys')!r}, '--dev-root', {str(tree / 'dev')!r},\n"
         "    '--kubelet-root', '/none', *sys.argv[1:]])\n"
-        "names = ('kae_deviceplugin.apiserver', 'kae_deviceplugin.dra', 'lightkube')\n"
+        "names = ('kae_deviceplugin.apiserver', 'kae_deviceplugin.dra', 'lightkube', 'httpx2')\n"
         "print(json.dumps(sorted({m.split('.')[1 if m.startswith('kae') else 0]\n"
         "    for m in sys.modules if m.startswith(names)})))"
     )
@@ -191,4 +192,4 @@ def test_doctor_in_device_plugin_mode_loads_no_api_client_nor_dra() -> None:
         return answer
 
     assert loaded() == []
-    assert loaded("--mode", "dra", "--node-name", NODE) == ["apiserver", "dra", "lightkube"]
+    assert loaded("--mode", "dra", "--node-name", NODE) == ["apiserver", "dra"]

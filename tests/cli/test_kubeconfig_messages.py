@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from kae_deviceplugin.apiserver.kubeconfig import check_service_account
-from kae_deviceplugin.apiserver.lightkube_api import connect
+from kae_deviceplugin.apiserver.rest_api import connect
 from kae_deviceplugin.cli.demo import demo_settings
 from kae_deviceplugin.cli.main import main
 from kae_deviceplugin.config.reload import ConfigSource

@@ -1,7 +1,8 @@
-"""The DRA slice publisher against the real API server of the e2e cluster, through lightkube:
-the API server takes the slices the fixture tree makes exactly as written (no field dropped by
-a gate), a slice deleted by someone else comes back at a higher generation, and a change of the
-inventory is one replace. The observer is kubectl, not the client under test."""
+"""The DRA slice publisher against the real API server of the e2e cluster, through the driver's
+own API client (rest_api): the API server takes the slices the fixture tree makes exactly as
+written (no field dropped by a gate), a slice deleted by someone else comes back at a higher
+generation, and a change of the inventory is one replace. The observer is kubectl, not the
+client under test."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kae_deviceplugin.apiserver.lightkube_api import connect
+from kae_deviceplugin.apiserver.rest_api import connect
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Health, Inventory
 from kae_deviceplugin.discovery.scan import scan

@@ -6,12 +6,10 @@ in its row, ``serve`` in its log and ``/readyz``, whichever part of the driver m
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
-import httpx2
 import pytest
-from lightkube.core.exceptions import ApiError as LightkubeApiError
-from lightkube.models import meta_v1
 
 from kae_deviceplugin.apiserver.hints import (
     NO_DRA_FIX,
@@ -21,7 +19,8 @@ from kae_deviceplugin.apiserver.hints import (
     hint,
     with_hint,
 )
-from kae_deviceplugin.apiserver.lightkube_api import _translated
+from kae_deviceplugin.apiserver.http1 import Head
+from kae_deviceplugin.apiserver.rest_errors import EventError, Refused, translated
 from kae_deviceplugin.cli.checks import Status
 from kae_deviceplugin.cli.doctor_slices import check_slices
 from kae_deviceplugin.discovery.scan import scan
@@ -106,9 +105,9 @@ def test_serve_on_an_api_server_without_dra_says_so(api: HttpApiServer) -> None:
 
 
 async def _raised(error: Exception, verb: str = "list") -> ApiError:
-    """What ``_translated`` makes of ``error`` raised inside a call ``verb resourceslices``."""
+    """What ``translated`` makes of ``error`` raised inside a call ``verb resourceslices``."""
     with pytest.raises(ApiError) as caught:
-        async with _translated(verb, "resourceslices", None, "https://api.example:6443"):
+        async with translated(verb, "resourceslices", None, "https://api.example:6443"):
             raise error
     return caught.value
 
@@ -116,26 +115,34 @@ async def _raised(error: Exception, verb: str = "list") -> ApiError:
 def test_an_answer_that_is_no_status_object_keeps_its_code() -> None:
     """A proxy's plain-text 404 or 502 (no Status object) is that status, not "not
     reachable": a 404 on a list of slices still gets the DRA hint, a 502 the log hint."""
-    request = httpx2.Request("GET", "https://api.example:6443/apis/resource.k8s.io/v1/x")
 
-    def plain(code: int) -> httpx2.HTTPStatusError:
-        response = httpx2.Response(code, text="page not found", request=request)
-        return httpx2.HTTPStatusError("status", request=request, response=response)
+    def plain(code: int, phrase: str) -> Refused:
+        return Refused(Head(code, phrase, {"content-type": "text/plain"}), b"page not found")
 
-    not_found = asyncio.run(_raised(plain(404)))
+    not_found = asyncio.run(_raised(plain(404, "Not Found")))
     assert not_found.status == 404 and str(not_found).startswith(
         "list resourceslices at https://api.example:6443: HTTP 404 Not Found"
     )
     assert hint(not_found) == NO_DRA_FIX
-    bad_gateway = asyncio.run(_raised(plain(502), verb="get"))
+    bad_gateway = asyncio.run(_raised(plain(502, "Bad Gateway"), verb="get"))
     assert bad_gateway.status == 502 and hint(bad_gateway) == SERVER_FAILED_FIX
+
+
+def test_a_status_object_says_its_message_code_and_reason() -> None:
+    """A JSON Status: "<message> (HTTP <code> <reason>)", with its code and reason kept."""
+    status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"}
+    head = Head(403, "Forbidden", {"content-type": "application/json"})
+    err = asyncio.run(_raised(Refused(head, json.dumps(status).encode()), verb="get"))
+    assert str(err) == "get resourceslices at https://api.example:6443: no (HTTP 403 Forbidden)"
+    assert (err.status, err.reason, hint(err)) == (403, "Forbidden", RBAC_FIX)
 
 
 def test_no_connection_is_unreachable_with_its_hint() -> None:
     """A connection refused: status 0, reason Unreachable, the URL named, "is it reachable?"."""
-    request = httpx2.Request("GET", "https://api.example:6443/api/v1/nodes/n")
-    err = asyncio.run(_raised(httpx2.ConnectError("refused", request=request), verb="get"))
+    refused = ConnectionRefusedError(111, "Connection refused")
+    err = asyncio.run(_raised(refused, verb="get"))
     assert (err.status, err.reason) == (0, UNREACHABLE)
+    assert "not reachable (ConnectionRefusedError: Connection refused)" in str(err)
     assert with_hint(err).endswith(f"; {UNREACHABLE_FIX}") and "api.example:6443" in str(err)
 
 
@@ -163,7 +170,7 @@ def test_the_hint_follows_the_status_and_what_was_asked(
 def test_a_status_without_a_message_reads_as_its_code() -> None:
     """A Status object with no message (a watch's ERROR event, a terse proxy): "HTTP 500
     InternalError" and the log hint, never "None"."""
-    status = meta_v1.Status(code=500, reason="InternalError")
-    err = asyncio.run(_raised(LightkubeApiError(status=status), verb="watch"))
+    status = {"kind": "Status", "code": 500, "reason": "InternalError"}
+    err = asyncio.run(_raised(EventError(status), verb="watch"))
     assert str(err) == "watch resourceslices at https://api.example:6443: HTTP 500 InternalError"
     assert (err.status, hint(err)) == (500, SERVER_FAILED_FIX)

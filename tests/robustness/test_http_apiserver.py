@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 from lightkube import KubeConfig
 
-from kae_deviceplugin.apiserver.lightkube_api import LightkubeApi, connect
+from kae_deviceplugin.apiserver.rest_api import RestApi, connect
 from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kae_deviceplugin.errors import ApiError
 from kae_deviceplugin.testing.dra_claims import Result, claim_object
@@ -49,9 +49,7 @@ def api() -> Iterator[HttpApiServer]:
         yield server
 
 
-def with_client(
-    api: HttpApiServer, tmp_path: Path, body: Callable[[LightkubeApi], Awaitable[T]]
-) -> T:
+def with_client(api: HttpApiServer, tmp_path: Path, body: Callable[[RestApi], Awaitable[T]]) -> T:
     """Run ``body`` with a client of ``api`` made from a kubeconfig, as the daemon makes it."""
 
     async def run() -> T:
@@ -78,7 +76,7 @@ def test_reads_and_writes_answer_as_the_real_server(api: HttpApiServer, tmp_path
     node_uid = api.seed_node("n1")
     claim = api.seed("resourceclaims", claim_object("team-a", "c1", [Result("r", "d", "n1")]))
 
-    async def body(client: LightkubeApi) -> None:
+    async def body(client: RestApi) -> None:
         assert (await client.get(NODES, "n1"))["metadata"]["uid"] == node_uid
         read = await client.get(RESOURCE_CLAIMS, "c1", "team-a")
         assert read["metadata"]["uid"] == claim["metadata"]["uid"]
@@ -109,7 +107,7 @@ def test_refusals_are_statuses_counted_per_verb(api: HttpApiServer, tmp_path: Pa
     api.faults.refuse("create", code=422, times=2)
     api.faults.refuse("list", code=500)
 
-    async def body(client: LightkubeApi) -> None:
+    async def body(client: RestApi) -> None:
         for _ in range(2):
             error = await refused(client.create(RESOURCE_SLICES, a_slice("s1")))
             assert (error.status, error.reason) == (422, "Invalid")
@@ -146,7 +144,7 @@ def test_429_says_when_to_retry_and_a_wrong_token_is_401(api: HttpApiServer) -> 
     assert (code, status["reason"]) == (401, "Unauthorized")
 
 
-async def events(client: LightkubeApi, into: list[str]) -> None:
+async def events(client: RestApi, into: list[str]) -> None:
     async for event, obj in client.watch(RESOURCE_SLICES, SELECTOR):
         into.append(f"{event} {obj['metadata']['name']}")
 
@@ -163,7 +161,7 @@ def test_watch_ends_clean_with_410_and_with_garbage(api: HttpApiServer, tmp_path
     ApiError 410; a garbage line is an error that is no ApiError."""
     api.seed("resourceslices", a_slice("s1"))
 
-    async def body(client: LightkubeApi) -> None:
+    async def body(client: RestApi) -> None:
         seen: list[str] = []
         watch = asyncio.create_task(events(client, seen))
         await until(lambda: seen == ["ADDED s1"])
@@ -191,7 +189,7 @@ def test_away_refuses_and_resets_then_back_on_the_same_port(
     api.seed_node("n1")
     port = api.port
 
-    async def body(client: LightkubeApi) -> None:
+    async def body(client: RestApi) -> None:
         watch = asyncio.create_task(events(client, []))
         await until(lambda: api.store.watchers != [])
         await asyncio.to_thread(api.away)
@@ -210,7 +208,7 @@ def test_freeze_holds_answers_until_thaw(api: HttpApiServer, tmp_path: Path) -> 
     api.seed_node("n1")
     api.freeze(6 * DEADLINE)  # longer than the client's deadline: only thaw() answers in time
 
-    async def body(client: LightkubeApi) -> dict[str, Any]:
+    async def body(client: RestApi) -> dict[str, Any]:
         asked = asyncio.create_task(client.get(NODES, "n1"))
         await until(lambda: api.faults.count("get", "nodes") == 1)
         assert api.faults.requests("get", "nodes")[0].code is None  # not answered
@@ -224,7 +222,7 @@ def test_dropped_fields_are_not_kept(api: HttpApiServer, tmp_path: Path) -> None
     """A server told to drop spec.devices.taints stores and returns the slice without them."""
     api.faults.drop_fields("spec.devices.taints")
 
-    async def body(client: LightkubeApi) -> dict[str, Any]:
+    async def body(client: RestApi) -> dict[str, Any]:
         return await client.create(RESOURCE_SLICES, a_slice("s1", taint=True))
 
     assert with_client(api, tmp_path, body)["spec"]["devices"] == [{"name": "dev-0"}]
