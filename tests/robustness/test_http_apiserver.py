@@ -19,6 +19,7 @@ from kae_deviceplugin.apiserver.rest_api import RestApi, connect
 from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kae_deviceplugin.errors import ApiError
 from kae_deviceplugin.testing.dra_claims import Result, claim_object
+from tests.support.api_calls import refused
 from tests.support.http_apiserver import HttpApiServer, write_kubeconfig
 
 DEADLINE = 10.0
@@ -61,12 +62,6 @@ def with_client(api: HttpApiServer, tmp_path: Path, body: Callable[[RestApi], Aw
             await client.close()
 
     return asyncio.run(run())
-
-
-async def refused(call: Awaitable[Any]) -> ApiError:
-    with pytest.raises(ApiError) as caught:
-        await call
-    return caught.value
 
 
 def test_reads_and_writes_answer_as_the_real_server(api: HttpApiServer, tmp_path: Path) -> None:

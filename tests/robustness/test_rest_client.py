@@ -18,7 +18,8 @@ import pytest
 from kae_deviceplugin.apiserver import rest_api
 from kae_deviceplugin.apiserver.rest_api import RestApi, connect
 from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from kae_deviceplugin.errors import UNREACHABLE, ApiError
+from kae_deviceplugin.errors import UNREACHABLE
+from tests.support.api_calls import refused
 from tests.support.apiserver_wire import Request
 from tests.support.http_apiserver import write_kubeconfig
 from tests.support.raw_http import (
@@ -52,12 +53,6 @@ def run(tmp_path: Path, respond: Respond, body: Callable[[RestApi, RawServer], A
                 await client.close()
 
     return asyncio.run(main())
-
-
-async def refused(call: Awaitable[Any]) -> ApiError:
-    with pytest.raises(ApiError) as caught:
-        await call
-    return caught.value
 
 
 async def watched(client: RestApi, into: list[str], start: str | None = None) -> None:
