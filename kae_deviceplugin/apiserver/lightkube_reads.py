@@ -24,7 +24,7 @@ from lightkube.core.exceptions import ApiError as LightkubeApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
 from kae_deviceplugin.apiserver.rest_api import REQUEST_TIMEOUT
-from kae_deviceplugin.apiserver.rest_errors import status_said
+from kae_deviceplugin.apiserver.rest_errors import described, not_a_status, status_said
 from kae_deviceplugin.apiserver.seam import JsonObject, Kind
 from kae_deviceplugin.errors import UNREACHABLE, ApiError
 
@@ -48,9 +48,7 @@ def _plain(obj: Any) -> JsonObject:
 @contextlib.asynccontextmanager
 async def _translated(verb: str, plural: str, name: str | None, server: str) -> AsyncIterator[None]:
     """lightkube's and httpx's errors as ``errors.ApiError``, in the daemon client's words."""
-    what = f"{verb} {plural}" + (f"/{name}" if name else "")
-    at = f"{what} at {server}" if server else what
-    asked: dict[str, Any] = {"verb": verb, "resource": plural}
+    at, asked = described(verb, plural, name, server)
     try:
         yield
     except LightkubeApiError as err:
@@ -59,9 +57,8 @@ async def _translated(verb: str, plural: str, name: str | None, server: str) -> 
         said, code, reason = status_said(status, response.status_code if response else 0)
         raise ApiError(f"{at}: {said}", status=code, reason=reason, **asked) from err
     except httpx2.HTTPStatusError as err:  # an answer that is no Status object (a proxy's page)
-        code = err.response.status_code
-        raise ApiError(f"{at}: HTTP {code} {err.response.reason_phrase}".rstrip(), status=code,
-                       **asked) from err  # fmt: skip
+        response = err.response
+        raise not_a_status(at, response.status_code, response.reason_phrase, asked) from err
     except httpx2.HTTPError as err:
         raise ApiError(
             f"{at}: API server not reachable ({err})", reason=UNREACHABLE, **asked

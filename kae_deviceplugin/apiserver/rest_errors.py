@@ -62,6 +62,18 @@ def status_said(status: Mapping[str, Any], code: int) -> tuple[str, int, str]:
     return said, code, reason
 
 
+def described(verb: str, plural: str, name: str | None, server: str) -> tuple[str, dict[str, Any]]:
+    """The call as every error names it, "<verb> <plural>[/<name>] at <server>", and the
+    ``ApiError`` fields that say what was asked."""
+    what = f"{verb} {plural}" + (f"/{name}" if name else "")
+    return (f"{what} at {server}" if server else what), {"verb": verb, "resource": plural}
+
+
+def not_a_status(at: str, code: int, phrase: str, asked: Mapping[str, Any]) -> ApiError:
+    """A refusal whose answer is no Status object (a proxy's page): its HTTP status alone."""
+    return ApiError(f"{at}: HTTP {code} {phrase}".rstrip(), status=code, **asked)
+
+
 def _unreachable(err: BaseException) -> str:
     if isinstance(err, TimeoutError):
         return str(err) or "no answer in time"
@@ -78,9 +90,7 @@ async def translated(
 ) -> AsyncIterator[None]:
     """Turns what a call meets into ``errors.ApiError``, naming the call and the server; on a
     watch ``stream``, so does a line that is not a watch event (a proxy's garbage, a cut)."""
-    what = f"{verb} {plural}" + (f"/{name}" if name else "")
-    at = f"{what} at {server}" if server else what
-    asked: dict[str, Any] = {"verb": verb, "resource": plural}
+    at, asked = described(verb, plural, name, server)
     try:
         yield
     except ApiError:
@@ -88,9 +98,8 @@ async def translated(
     except Refused as err:
         status = status_object(err.head, err.body)
         code = err.head.status
-        if status is None:  # an answer that is no Status object (a proxy's page)
-            raise ApiError(f"{at}: HTTP {code} {err.head.reason}".rstrip(), status=code,
-                           **asked) from None  # fmt: skip
+        if status is None:
+            raise not_a_status(at, code, err.head.reason, asked) from None
         said, code, reason = status_said(status, code)
         raise ApiError(f"{at}: {said}", status=code, reason=reason, **asked) from None
     except EventError as err:  # no HTTP answer of its own: the event's Status says it all
