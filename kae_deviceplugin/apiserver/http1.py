@@ -136,8 +136,11 @@ class Connection:
             yield data[:-2]
 
     def close(self) -> None:
+        """Drop the connection now: the socket is closed at the loop's next turn. Not
+        ``writer.close()``: over TLS that starts a close_notify exchange which keeps the socket
+        open until the server answers, and a loop closed meanwhile leaks it."""
         self.reusable = False
-        self.writer.close()
+        self.writer.transport.abort()
 
 
 async def lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -57,11 +57,14 @@ class Pool:
         self._held.discard(connection)
         connection.close()
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        """Every connection dropped and its socket closed when this returns, so a caller that
+        closes its loop right after leaks none."""
         for connection in [*self._idle, *self._held]:
             connection.close()
         self._idle.clear()
         self._held.clear()
+        await asyncio.sleep(0)  # the transports' connection_lost, which closes each socket
 
     async def _connection(self, fresh: bool = False) -> tuple[Connection, bool]:
         while self._idle and not fresh:

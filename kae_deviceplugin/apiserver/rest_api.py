@@ -126,7 +126,7 @@ class RestApi:
                         yield event, obj
 
     async def close(self) -> None:
-        self._pool.close()
+        await self._pool.close()
 
     # -- requests -------------------------------------------------------------------------------
 

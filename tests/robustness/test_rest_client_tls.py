@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import json
+import socket
 import ssl
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +157,55 @@ def test_the_service_account_trusts_its_ca_and_sends_its_token(
             return [r.headers["authorization"] for _, r in server.requests]
 
     assert asyncio.run(main()) == ["Bearer pod-token"]
+
+
+def test_a_closed_client_leaves_no_socket_open_even_when_its_loop_ends_at_once(
+    certificates: Certificates, tmp_path: Path
+) -> None:
+    """A server that never answers the client's TLS close: once ``close`` returns, the client's
+    sockets are closed, so a loop closed right after (as a test's or a driver's shutdown does)
+    leaks none. A TLS shutdown waiting on the server would leave them to the collector, which
+    warns of each."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    done = threading.Event()
+    thread = threading.Thread(target=silent_closer, args=(listener, certificates, done))
+    thread.start()
+    trusted = {"certificate-authority": str(certificates.ca)}
+    path = kubeconfig(
+        tmp_path / "kubeconfig", f"https://127.0.0.1:{port}", trusted, files(certificates)
+    )
+
+    async def main() -> None:
+        client = connect(path)
+        async with asyncio.timeout(DEADLINE):
+            await client.get(NODES, "n1")
+        await client.close()
+
+    leaked: list[str] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda raised: leaked.append(repr(raised.exc_value))
+    try:
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(main())
+        loop.close()
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+        done.set()
+        thread.join(DEADLINE)
+        listener.close()
+    assert leaked == []
+
+
+def silent_closer(listener: socket.socket, certs: Certificates, done: threading.Event) -> None:
+    """Answer one GET with the Node, then hold the connection without a close_notify back."""
+    connection, _ = listener.accept()
+    with server_context(certs).wrap_socket(connection, server_side=True) as tls:
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += tls.recv(4096)
+        body = json.dumps(NODE).encode()
+        tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+        done.wait(DEADLINE)
