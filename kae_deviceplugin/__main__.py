@@ -1,5 +1,5 @@
 """`python -m kae_deviceplugin` runs the command line."""
 
-from kae_deviceplugin.cli.main import main
+from kae_deviceplugin.cli.entry import main
 
-main(prog_name="kae-deviceplugin")
+main()

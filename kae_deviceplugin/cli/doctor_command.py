@@ -38,7 +38,7 @@ def _settings(ctx: click.Context, config_path: Path | None, params: dict[str, An
     """The settings serve would run with; exit 2 listing every bad value, as serve does."""
     named = {k: str(v) if isinstance(v, Path) else v for k, v in params.items()}
     chosen = {k: named[k] for k in (*_SETTINGS, *_DRA_SETTINGS)}
-    return settings_or_exit(ctx, config_path, chosen)[0]
+    return settings_or_exit(ctx, config_path, chosen).settings
 
 
 @click.command("doctor")

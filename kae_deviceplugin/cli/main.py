@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import click
 
 from kae_deviceplugin import __version__
 from kae_deviceplugin.cli.doctor_command import doctor_command
+from kae_deviceplugin.cli.entry import serve
 from kae_deviceplugin.cli.options import (
     BadInvocation,
     dev_root_option,
@@ -21,13 +21,11 @@ from kae_deviceplugin.cli.options import (
     output_option,
     sysfs_root_option,
 )
-from kae_deviceplugin.cli.serve import label_for, serve_options, settings_or_exit
+from kae_deviceplugin.cli.serve import serve_options, settings_or_exit
+from kae_deviceplugin.cli.serve_args import PROG, unknown_variables
 from kae_deviceplugin.config.resolve import check_config
-from kae_deviceplugin.config.rules import did_you_mean
-from kae_deviceplugin.config.schema import ENV_PREFIX
 from kae_deviceplugin.config.settings import MODES
 from kae_deviceplugin.core.model import Inventory
-from kae_deviceplugin.daemon.run import run_serve
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.errors import ScanDeferred
 from kae_deviceplugin.observability import logs
@@ -39,28 +37,7 @@ from kae_deviceplugin.observability.events import log_warning_changes
 def main() -> None:
     """Kubernetes device plugin for the Kunpeng Acceleration Engine (HPRE, SEC, ZIP)."""
     for line in unknown_variables(os.environ):
-        click.echo(line, err=True)
-
-
-def known_variables() -> set[str]:
-    """Every KAE_DP_* variable an option of some command reads."""
-    known: set[str] = set()
-    for command in main.commands.values():
-        for param in command.params:
-            envvar = getattr(param, "envvar", None)
-            known.update([envvar] if isinstance(envvar, str) else envvar or ())
-    return known
-
-
-def unknown_variables(environ: Mapping[str, str]) -> list[str]:
-    """A warning for each KAE_DP_* variable no option reads (a typo is ignored, not applied)."""
-    known = known_variables()
-    lines = []
-    for name in sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in known):
-        guess = did_you_mean(name.removeprefix(ENV_PREFIX), [k[len(ENV_PREFIX) :] for k in known])
-        hint = f"; did you mean {ENV_PREFIX}{guess}?" if guess else ""
-        lines.append(f"warning: {name} is not a kae-deviceplugin variable, so it is ignored{hint}")
-    return lines
+        click.echo(line, err=True)  # serve's usual command line warns in cli.entry instead
 
 
 @main.command("list")
@@ -154,9 +131,7 @@ def _dra_listing(inventory: Inventory, kubelet_root: Path, output: str) -> str:
 @click.pass_context
 def serve_command(ctx: click.Context, /, config_path: Path | None, **params: Any) -> None:
     """Run the device-plugin daemon (what the DaemonSet runs)."""
-    settings, source = settings_or_exit(ctx, config_path, params)
-    logs.configure(settings.log_level, settings.log_format)
-    raise SystemExit(run_serve(settings, source, label_for(ctx, params, source)))
+    raise SystemExit(serve(settings_or_exit(ctx, config_path, params)))
 
 
 @main.command("check-config")
@@ -217,4 +192,4 @@ def echo_until_closed(line: str) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main(prog_name="kae-deviceplugin")
+    main(prog_name=PROG)

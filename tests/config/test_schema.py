@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from kae_deviceplugin.cli import serve_args
 from kae_deviceplugin.cli.main import main
-from kae_deviceplugin.cli.serve import load_settings, overrides_from, serve_options
+from kae_deviceplugin.cli.serve import given_from, serve_options
 from kae_deviceplugin.config.reference import render_reference
 from kae_deviceplugin.config.schema import (
     ENGINE_FIELDS,
@@ -93,9 +95,7 @@ def test_every_serve_option_has_a_description_and_its_default() -> None:
 @click.pass_context
 def resolved(ctx: click.Context, /, config_path: Path | None, **params: Any) -> None:
     """serve's options and resolution, stopping before anything runs."""
-    overrides, sources = overrides_from(ctx, params)
-    settings, _ = load_settings(config_path, overrides, sources)
-    click.echo(repr(settings))
+    click.echo(repr(serve_args.load(config_path, given_from(ctx, params), os.environ).settings))
 
 
 def settings_from(args: list[str], env: dict[str, str] | None = None) -> str:
