@@ -20,10 +20,15 @@ import click
 from click.core import ParameterSource
 
 from kae_deviceplugin.cli import serve_args
-from kae_deviceplugin.cli.serve_args import CONFIG_PARAM, ENGINES_PARAM, Resolved, param_name
+from kae_deviceplugin.cli.serve_args import (
+    CONFIG_PARAM,
+    ENGINES_PARAM,
+    VARIABLES,
+    Resolved,
+    param_name,
+)
 from kae_deviceplugin.config.schema import (
     ENABLE_ENGINES_FLAG,
-    ENV_PREFIX,
     OPTIONS,
     OPTIONS_BY_FIELD,
     Option,
@@ -70,7 +75,7 @@ def serve_options(func: F) -> F:
         ENGINES_PARAM,
         default=None,
         metavar="hpre,sec,...",
-        envvar=ENV_PREFIX + ENGINES_PARAM.upper(),
+        envvar=VARIABLES[ENGINES_PARAM],
         show_envvar=True,
         help="Serve exactly these engines (commas or spaces); the others are disabled.  "
         "[default: every engine]",

@@ -56,11 +56,10 @@ EMPTY_MEANS_OFF = ("metrics_address", "nfd_features_file")
 # The variables of the other commands' options (cli.options.option names each after its flag);
 # tests/cli/test_serve_args.py checks this against every command click has.
 OTHER_VARIABLES = ("ALLOCATIONS", "ENDPOINT", "OUTPUT", "SERVE", "TREE")
-KNOWN_VARIABLES = frozenset(
-    {o.env_var for o in OPTIONS}
-    | {ENV_PREFIX + ENGINES_PARAM.upper()}
-    | {ENV_PREFIX + name for name in OTHER_VARIABLES}
-)
+VARIABLES = {param_name(o): o.env_var for o in OPTIONS} | {
+    ENGINES_PARAM: ENV_PREFIX + ENGINES_PARAM.upper()
+}
+KNOWN_VARIABLES = frozenset(VARIABLES.values()) | {ENV_PREFIX + n for n in OTHER_VARIABLES}
 
 
 class Resolved(NamedTuple):
@@ -164,10 +163,7 @@ def read(argv: Sequence[str], environ: Mapping[str, str]) -> ServeCall | None:
     config = given.pop(CONFIG_PARAM, None)
     if config is not None and not _a_path_click_takes(config[0]):
         return None
-    for name in (*PARAMS, ENGINES_PARAM):
-        variable = (
-            ENV_PREFIX + ENGINES_PARAM.upper() if name == ENGINES_PARAM else PARAMS[name].env_var
-        )
+    for name, variable in VARIABLES.items():
         if name not in given and environ.get(variable):  # click: an empty variable is unset
             given[name] = (environ[variable], True)
     return ServeCall(Path(config[0]) if config else None, given)
