@@ -68,7 +68,13 @@ from kae_deviceplugin.kubelet.pluginwatcher import (
     add_registration,
     registry_dir,
 )
-from kae_deviceplugin.kubelet.sockets import bind_privately, prepare_socket_dir, prepare_socket_path
+from kae_deviceplugin.kubelet.sockets import (
+    SocketIdentity,
+    bind_privately,
+    prepare_socket_dir,
+    prepare_socket_path,
+    remove_own_socket,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +104,19 @@ class DraFrontEnd:
     name = "dra"
 
     def __init__(
-        self, settings: Settings, api: ApiServer, node: str, container_files: ContainerFiles
+        self,
+        settings: Settings,
+        api: ApiServer,
+        node: str,
+        container_files: ContainerFiles,
+        claims_api: ApiServer | None = None,
     ) -> None:
+        """``api`` serves the pool (slices, the Node); ``claims_api``, where given, the claims
+        (reads, status, the sweep): a lane of its own, so a burst of claims never delays a
+        health change reaching the slices (``apiserver.paced``)."""
         self.settings = settings
         self.api = api
+        self.claims_api = api if claims_api is None else claims_api
         self.node = node
         self.container_files = container_files
         self.inventory = Inventory()
@@ -140,8 +155,13 @@ class DraFrontEnd:
             refusal=lambda: self.cdi.reason if self.cdi.refused else None,
         )
         self.sweeper = StaleClaimSweeper(self.preparer, self._get_claim)
-        self.status = ClaimStatusWriter(api, DRIVER, lambda: self.inventory, self._prepared)
+        self.status = ClaimStatusWriter(
+            self.claims_api, DRIVER, lambda: self.inventory, self._prepared
+        )
         self._servers: list[grpc.aio.Server] = []
+        # The sockets this process bound: only these are removed at exit. A second instance
+        # that finds the names served exits, and must not take the live one's sockets along.
+        self._bound: dict[Path, SocketIdentity] = {}
 
     def _prepared(self) -> Checkpoint:
         return self.preparer.state
@@ -154,7 +174,7 @@ class DraFrontEnd:
         return ServingPolicy.from_settings(self.settings, self.container_files.problem)
 
     async def _get_claim(self, namespace: str, name: str) -> JsonObject:
-        return await self.api.get(RESOURCE_CLAIMS, name, namespace)
+        return await self.claims_api.get(RESOURCE_CLAIMS, name, namespace)
 
     def _runtime_from(self, node: JsonObject) -> None:
         """A runtime that does not apply CDI devices gets an empty pool and every claim refused
@@ -272,7 +292,8 @@ class DraFrontEnd:
             ):
                 prepare_socket_path(path)
                 self._servers.append(server)
-                await bind_privately(server, path)
+                st = await bind_privately(server, path)
+                self._bound[path] = (st.st_dev, st.st_ino)
             log.info(
                 "serving %s; registration socket %s", self.service_socket, self.registration_socket
             )
@@ -281,17 +302,11 @@ class DraFrontEnd:
             await self.shutdown()
 
     async def shutdown(self) -> None:
-        """Stop serving and remove our sockets; slices, specs and checkpoint stay."""
+        """Stop serving and remove the sockets this process bound; slices, specs and
+        checkpoint stay."""
         servers, self._servers = self._servers, []
         await asyncio.gather(*(s.stop(STOP_GRACE) for s in servers))
-        for path in (self.registration_socket, self.service_socket):
-            _remove_socket(path)
+        bound, self._bound = self._bound, {}
+        for path, identity in bound.items():
+            remove_own_socket(path, identity)
         self.registered.discard(DRIVER)
-
-
-def _remove_socket(path: Path) -> None:
-    try:
-        if path.is_socket():
-            path.unlink()
-    except OSError:
-        pass

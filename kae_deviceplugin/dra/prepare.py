@@ -43,7 +43,7 @@ from kae_deviceplugin.dra.claims import ClaimRef, allocated_devices
 from kae_deviceplugin.dra.file_lock import FileLock
 from kae_deviceplugin.dra.prepare_times import PrepareTimes
 from kae_deviceplugin.dra.slice_devices import device_name
-from kae_deviceplugin.errors import ClaimRefused
+from kae_deviceplugin.errors import ClaimRefused, RequestBudgetSpent, cause
 
 log = logging.getLogger(__name__)
 
@@ -179,9 +179,17 @@ class ClaimPreparer:
             return err
         except ValueError as err:
             return ClaimRefused(str(err))
+        except TimeoutError:
+            log.warning("cannot read claim %s: no answer in %g s", claim, self.claim_timeout)
+            return ClaimRefused(
+                f"cannot read claim {claim}: the API server did not answer in "
+                f"{self.claim_timeout:g} s"
+            )
+        except RequestBudgetSpent as err:  # logged once per spell by the pacing itself
+            return ClaimRefused(f"cannot read claim {claim}: {err}")
         except Exception as err:  # the API client's errors are many; each is this claim's
-            log.warning("cannot read claim %s: %s", claim, err)
-            return ClaimRefused(f"cannot read claim {claim}: {err or type(err).__name__}")
+            log.warning("cannot read claim %s: %s", claim, cause(err))
+            return ClaimRefused(f"cannot read claim {claim}: {cause(err)}")
 
     def _write(
         self, claim: ClaimRef, results: Sequence[PreparedDevice], *, require_healthy: bool

@@ -51,6 +51,26 @@ def prepare_socket_path(path: Path) -> None:
             raise
 
 
+SocketIdentity = tuple[int, int]  # (device, inode) of a socket file this process bound
+
+
+def remove_own_socket(path: Path, identity: SocketIdentity) -> bool:
+    """Remove ``path`` only if it is still the socket this process bound there (``identity``,
+    from ``bind_privately``): never a socket another instance bound at the same name, nor a
+    file someone put in its place. Whether it was removed."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISSOCK(st.st_mode) or (st.st_dev, st.st_ino) != identity:
+        return False
+    try:
+        path.unlink()
+    except OSError:
+        return False
+    return True
+
+
 def file_identity(path: Path) -> tuple[int, int, int] | None:
     """(device, inode, ctime) of ``path`` without following links, None if it is absent."""
     try:

@@ -229,10 +229,12 @@ def dra_process(
     name: str = NODE,
     pod_uid: str | None = None,
     args: Sequence[str] = (),
+    tag: str | None = None,
 ) -> Iterator[DraProcess]:
     """``serve --mode dra`` for node ``name`` on ``node``, talking to ``api``; SIGTERM (then
-    SIGKILL) when the block ends. ``args`` are more flags."""
-    tag = pod_uid or "main"
+    SIGKILL) when the block ends. ``args`` are more flags; ``tag`` names its log and kubeconfig
+    (default: the pod UID, else "main")."""
+    tag = tag or pod_uid or "main"
     kubeconfig = api.kubeconfig(node.workdir / f"kubeconfig-{tag}")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in UNSET and not k.startswith("KAE_DP_")}
