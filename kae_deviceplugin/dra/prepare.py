@@ -175,21 +175,8 @@ class ClaimPreparer:
             async with asyncio.timeout(self.claim_timeout):
                 obj = await self.get_claim(claim.namespace, claim.name)
             return allocated_devices(obj, claim, self.pool)
-        except ClaimRefused as err:
-            return err
-        except ValueError as err:
-            return ClaimRefused(str(err))
-        except TimeoutError:
-            log.warning("cannot read claim %s: no answer in %g s", claim, self.claim_timeout)
-            return ClaimRefused(
-                f"cannot read claim {claim}: the API server did not answer in "
-                f"{self.claim_timeout:g} s"
-            )
-        except RequestBudgetSpent as err:  # logged once per spell by the pacing itself
-            return ClaimRefused(f"cannot read claim {claim}: {err}")
         except Exception as err:  # the API client's errors are many; each is this claim's
-            log.warning("cannot read claim %s: %s", claim, cause(err))
-            return ClaimRefused(f"cannot read claim {claim}: {cause(err)}")
+            return _refused(claim, err, self.claim_timeout)
 
     def _write(
         self, claim: ClaimRef, results: Sequence[PreparedDevice], *, require_healthy: bool
@@ -296,3 +283,18 @@ def _results_now(
     if isinstance(found, ClaimRefused):
         raise found
     return found
+
+
+def _refused(claim: ClaimRef, err: Exception, timeout: float) -> ClaimRefused:
+    """Why ``claim`` could not be read, never without a cause; logged where nothing else did."""
+    if isinstance(err, ClaimRefused):
+        return err
+    if isinstance(err, ValueError):
+        return ClaimRefused(str(err))
+    if isinstance(err, TimeoutError):
+        message = f"cannot read claim {claim}: the API server did not answer in {timeout:g} s"
+    else:
+        message = f"cannot read claim {claim}: {cause(err)}"
+    if not isinstance(err, RequestBudgetSpent):  # that one is logged once per spell
+        log.warning("%s", message)
+    return ClaimRefused(message)

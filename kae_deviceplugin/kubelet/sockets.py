@@ -71,6 +71,26 @@ def remove_own_socket(path: Path, identity: SocketIdentity) -> bool:
     return True
 
 
+class BoundSockets:
+    """The sockets one process bound (``bind``), the only ones it removes (``remove_all``): a
+    second instance that finds the names served exits, and must not take the live one's
+    sockets along."""
+
+    def __init__(self) -> None:
+        self._bound: dict[Path, SocketIdentity] = {}
+
+    async def bind(self, server: grpc.aio.Server, path: Path) -> None:
+        """Make ``path`` free (``prepare_socket_path``) and bind ``server`` there privately."""
+        prepare_socket_path(path)
+        st = await bind_privately(server, path)
+        self._bound[path] = (st.st_dev, st.st_ino)
+
+    def remove_all(self) -> None:
+        bound, self._bound = self._bound, {}
+        for path, identity in bound.items():
+            remove_own_socket(path, identity)
+
+
 def file_identity(path: Path) -> tuple[int, int, int] | None:
     """(device, inode, ctime) of ``path`` without following links, None if it is absent."""
     try:

@@ -10,9 +10,9 @@ from typing import Any
 import click
 
 from kae_deviceplugin.cli.main import main
-from kae_deviceplugin.config.chart_rules import misplaced
 from kae_deviceplugin.config.schema import OPTIONS
 from kae_deviceplugin.kubectl.main import cli as kubectl_kae
+from scripts.chart_tooling.chart_rules import misplaced
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "kae-device-plugin"

@@ -24,9 +24,9 @@ from kae_deviceplugin.discovery.queues import QueueTotals
 from kae_deviceplugin.dra.slice_devices import DeviceOptions
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.kubectl.main import cli
-from kae_deviceplugin.testing.dra_claims import Result as Allocated
-from kae_deviceplugin.testing.dra_claims import claim_object
 from tests.dra.inventories import FIXTURES, fixture_inventory
+from tests.support.dra_claims import Result as Allocated
+from tests.support.dra_claims import claim_object
 from tests.support.http_apiserver import HttpApiServer
 
 JsonObject = dict[str, Any]

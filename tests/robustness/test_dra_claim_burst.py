@@ -12,10 +12,10 @@ from __future__ import annotations
 import threading
 import uuid
 
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
-from kae_deviceplugin.testing.dra_kubelet import Claim, Prepared
 from kae_deviceplugin.testing.sysfs_builder import set_attribute
 from tests.dra.node import HPRE_0, SEC_0
+from tests.support.dra_claims import Result, claim_object
+from tests.support.dra_kubelet import Claim, Prepared
 from tests.support.dra_process import NODE, DraNode, device_names, dra_process
 from tests.support.http_apiserver import HttpApiServer
 

@@ -5,9 +5,9 @@ sockets and goes on serving the kubelet (issue 36: the second one's shutdown unl
 
 from __future__ import annotations
 
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
-from kae_deviceplugin.testing.dra_kubelet import Claim
 from tests.dra.node import HPRE_0
+from tests.support.dra_claims import Result, claim_object
+from tests.support.dra_kubelet import Claim
 from tests.support.dra_process import NODE, DraNode, dra_process
 from tests.support.http_apiserver import HttpApiServer
 

@@ -31,9 +31,9 @@ from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2 as reg_pb
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from kae_deviceplugin.dra.api import plugin_dir, socket_names
 from kae_deviceplugin.kubelet.pluginwatcher import registry_dir
-from kae_deviceplugin.testing.dra_kubelet import Claim, DRAKubelet, Prepared
 from kae_deviceplugin.testing.sysfs_builder import DeviceSpec, build_tree
 from kae_deviceplugin.testing.sysfs_trees import TREES
+from tests.support.dra_kubelet import Claim, DRAKubelet, Prepared
 from tests.support.harness import short_tmpdir
 from tests.support.http_apiserver import HttpApiServer
 
