@@ -219,3 +219,39 @@ def test_the_chart_doc_checks_can_fail() -> None:
         "metrics.port: the README says 9411, values.yaml has 9410",
         "no.such: not in values.yaml",
     ]
+
+
+def host_path_table(text: str, values: dict[str, Any]) -> set[str]:
+    """The host paths the chart README's security table lists, resolved with the default
+    values: ``<kubeletRootDir>/x`` and value names (``config.stateDir``) become paths."""
+    block = text.split("Host paths, each the narrowest", 1)[1].split("\n\n", 2)[1]
+    paths = set()
+    for line in block.splitlines()[2:]:
+        for span in re.findall(r"`([^`]+)`", line.strip().strip("|").split("|")[0]):
+            name = span.replace("<kubeletRootDir>", values["kubeletRootDir"])
+            found, value = lookup(values, name)
+            path = value if found else name
+            if isinstance(path, str) and path.startswith("/"):
+                paths.add(path)
+    return paths
+
+
+def rendered_host_paths(*sets: str) -> set[str]:
+    return {
+        volume["hostPath"]["path"]
+        for d in render("kae", "kae-system", sets)
+        if d["kind"] == "DaemonSet"
+        for volume in d["spec"]["template"]["spec"]["volumes"]
+        if "hostPath" in volume
+    }
+
+
+def test_the_host_path_table_lists_every_host_path_the_chart_mounts() -> None:
+    """Each hostPath of a device-plugin, a CDI and a DRA render is a row of the chart README's
+    table of host paths (with the default values)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    listed = host_path_table(read(CHART_README), values)
+    mounted = set()
+    for sets in ((), ("cdi.enabled=true",), ("dra.enabled=true",)):
+        mounted |= rendered_host_paths(*sets)
+    assert mounted - listed == set(), f"mounted, not in the table: {sorted(mounted - listed)}"
