@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator
 from tests.docs.markdown import CURRENT_DOCS, read
@@ -43,6 +44,31 @@ def exposed(text: str) -> tuple[set[str], set[str]]:
     return set(TYPE_LINE.findall(text)), set(SAMPLE_LINE.findall(text))
 
 
+# A metric with the labels the docs give it: kae_device_info{engine, device, ...}.
+WITH_LABELS = re.compile(r"(?<![\w.\-/])(kae_[a-z][a-z0-9_]*[a-z0-9])\{([a-z_, .]*)\}")
+
+
+def documented_labels(text: str) -> dict[str, set[str]]:
+    """Metric -> the label names the docs give it (``...`` and selectors such as
+    ``{pod=""}`` aside)."""
+    named: dict[str, set[str]] = {}
+    for name, labels in WITH_LABELS.findall(" ".join(text.split())):
+        named.setdefault(name, set()).update(
+            label.strip() for label in labels.split(",") if label.strip() not in {"", "..."}
+        )
+    return named
+
+
+def exposed_labels(text: str) -> dict[str, set[str]]:
+    """Sample name and metric name -> every label of its samples (``le`` aside)."""
+    labels: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            for name in (family.name, sample.name):
+                labels.setdefault(name, set()).update(set(sample.labels) - {"le"})
+    return labels
+
+
 def documented(text: str) -> set[str]:
     return {n for n in NAME.findall(text) if not n.startswith(NOT_METRICS)}
 
@@ -69,6 +95,21 @@ def test_every_metric_the_docs_name_is_in_a_live_scrape(scrapes: dict[str, str])
     assert not unknown, "metrics the docs name and no daemon exposes:\n" + "\n".join(
         sorted(unknown)
     )
+
+
+def test_the_labels_the_docs_give_a_metric_are_its_labels(scrapes: dict[str, str]) -> None:
+    """A label renamed or dropped fails here until the docs write the new one."""
+    real: dict[str, set[str]] = {}
+    for text in scrapes.values():
+        for name, labels in exposed_labels(text).items():
+            real.setdefault(name, set()).update(labels)
+    wrong = {
+        f"{doc}: {name}{{{', '.join(sorted(labels - real.get(name, set())))}}}"
+        for doc in CURRENT_DOCS
+        for name, labels in documented_labels(read(doc)).items()
+        if labels - real.get(name, set())
+    }
+    assert not wrong, "labels the metrics do not have:\n" + "\n".join(sorted(wrong))
 
 
 def test_every_metric_the_daemons_expose_is_in_observability_md(
