@@ -50,6 +50,7 @@ OTHER_TOOLS = {
     "--smoke": "benchmarks/cluster.py",
     "--root-dir": "the kubelet",
     "--strict": "mypy, kubernetes-validate",
+    "--no-deps": "pip wheel",
 }
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]")
 # A chart value as the docs write it: `--set a.b=...`, or `a.b` in backticks.
