@@ -172,3 +172,29 @@ def test_the_name_check_can_fail() -> None:
         "sysfs_fixtures/README.md: test test_psa.py::test_no_such_test",
         "sysfs_fixtures/README.md: file FACTS.md",
     ]
+
+
+# pip or pipx asked for this project by name: no package index serves it.
+BY_NAME = re.compile(r"\bpipx? install\b[^\n`]*?\s['\"]?kae[-_]deviceplugin\b")
+
+
+def installs_by_name(text: str) -> list[str]:
+    return [m[0] for m in BY_NAME.finditer(text)]
+
+
+def test_the_package_is_installed_from_a_checkout_or_a_wheel() -> None:
+    """The project is on no package index: a doc that tells pip to fetch it by name fails."""
+    found = [f"{doc}: {c}" for doc in CURRENT_DOCS for c in installs_by_name(read(doc))]
+    assert not found, "installs from an index that does not serve the package:\n" + "\n".join(found)
+
+
+def test_the_install_check_can_fail() -> None:
+    """A name (quoted, with extras, through pipx) is caught; a path or a wheel file is not."""
+    text = (
+        "pip install 'kae-deviceplugin[kubectl]'   # or: pipx install kae_deviceplugin\n"
+        "pip install '.[kubectl]'\npip install \"$(echo dist/kae_deviceplugin-*.whl)[kubectl]\"\n"
+    )
+    assert installs_by_name(text) == [
+        "pip install 'kae-deviceplugin",
+        "pipx install kae_deviceplugin",
+    ]
