@@ -26,6 +26,7 @@ def script_options(script: str) -> frozenset[str]:
             [sys.executable, str(path), "--help"],
             capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
         )  # fmt: skip
+        assert out.returncode == 0, f"{script} --help: {out.stderr}"
         return frozenset(OPTION.findall(out.stdout))
     patterns = re.findall(r"^\s*([-a-z| ]+)\)", path.read_text(errors="replace"), re.M)
     return frozenset(o for pattern in patterns for o in OPTION.findall(pattern))
