@@ -2,7 +2,7 @@
 
 Slices are what the real driver builds (``dra.slices.build_slices``) for checked-in fixture
 trees; DeviceClasses are the shipped ones (deploy/dra/deviceclasses.yaml); claims are shaped as
-the API server returns them (``testing.dra_claims``). The nodes:
+the API server returns them (``tests.support.dra_claims``). The nodes:
 
 * ``worker-1``: DRA, kunpeng920-2p (HPRE, SEC, ZIP on NUMA nodes 0 and 2), ZIP shared by queues.
 * ``worker-2``: DRA, the ``faults`` tree: every device tainted unhealthy but zip-0000-b5-00-0.
