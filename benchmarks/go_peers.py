@@ -10,6 +10,7 @@ attributes and the figures compare the drivers, not two discoveries.
     python benchmarks/go_peers.py build            # prints the two binaries' paths
     python benchmarks/go_peers.py devices TREE OUT  # the device list of a sysfs tree
     python benchmarks/go_peers.py smoke            # the Go device plugin against the emulator
+    sudo python benchmarks/go_peers.py cluster [SAMPLES]  # ours against them, real cluster
 
 ``smoke`` proves the Go device plugin registers every resource with the kubelet emulator over
 real sockets and reports an isolated device Unhealthy. The Go DRA driver needs a real API
@@ -33,6 +34,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))  # the cluster runner's modules, for ``cluster``
 
 from kae_deviceplugin.discovery.queues import QueueTotals  # noqa: E402
 from kae_deviceplugin.discovery.scan import scan  # noqa: E402
@@ -137,6 +139,24 @@ def smoke() -> int:
     return 0 if served and unhealthy else 1
 
 
+def on_cluster(samples: int) -> int:
+    """Pod start, ours against the Go peers, on the e2e cluster (``bench_go_peers``): the
+    cluster of the environment's exports, else one started and stopped here."""
+    import tempfile
+
+    from bench_core import machine, render
+    from bench_go_peers import pod_start
+    from cluster import running_cluster
+    from kube_watch import KubeApi
+
+    info = machine()
+    with running_cluster() as cluster, tempfile.TemporaryDirectory(prefix="kae-go-") as tmp:
+        api = KubeApi.from_kubeconfig(cluster.kubeconfig)
+        figures = pod_start(cluster, api, Path(tmp), samples)
+    print(render(figures, info))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["build"]:
         for name, binary in build().items():
@@ -144,6 +164,8 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["smoke"]:
         return smoke()
+    if argv[:1] == ["cluster"] and len(argv) <= 2:
+        return on_cluster(int(argv[1]) if len(argv) == 2 else 20)
     if len(argv) == 3 and argv[0] == "devices":
         tree = Path(argv[1])
         listing = devices(tree / "sys", tree / "dev", "node")
