@@ -183,7 +183,7 @@ def without_functions(
         detail = "likely held by TEE: on a single-socket Kunpeng, TEE and the SEC are exclusive"
         fix = "if the node needs no TEE, turn TEE off in the BIOS; that releases the SEC"
         return Absence(engine.name, TEE_HOLDS_SEC, detail, (fix,))
-    detail = f"likely no KAE licence: without one the {label} stays off the PCI bus"
+    detail = "likely no KAE licence: without one the engines stay off the PCI bus"
     fix = (
         "load the KAE licence (through the BMC); the newer Kunpeng 920 model needs none from "
         "BIOS 21.23"
