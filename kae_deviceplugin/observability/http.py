@@ -9,6 +9,7 @@ being reported healthy by a thread that is still fine.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import socket
@@ -21,6 +22,7 @@ from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.model import Inventory, QueueShare
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.discovery.node_facts import read_node_facts
 from kae_deviceplugin.kubelet.podresources import (
     LIST_TIMEOUT,
     MAX_AGE,
@@ -171,6 +173,9 @@ def daemon_routes(
             taken = calls.awaited(snapshot, LOOP_TIMEOUT + LIST_TIMEOUT)
         except (TimeoutError, RuntimeError):
             return text(503, "event loop not responding")
+        # The node's facts are read here, on the endpoint's worker, not on the daemon's loop.
+        facts = read_node_facts(daemon.settings.sysfs_root, taken.inventory)
+        taken = dataclasses.replace(taken, node_facts=facts)
         body, content_type = exposition(taken, daemon.counters, headers.get("accept", ""))
         return Response(200, content_type, body)
 
