@@ -15,6 +15,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable, Mapping, Set
+from pathlib import Path
 from typing import Protocol
 
 from kae_deviceplugin.config.rules import parse_address
@@ -147,6 +148,11 @@ def _readyz(calls: LoopCalls, daemon: Observed) -> Route:
     return route
 
 
+def with_node_facts(taken: Snapshot, sysfs_root: Path) -> Snapshot:
+    """``taken`` with the node's KAE facts read now: on the endpoint's worker, not the loop."""
+    return dataclasses.replace(taken, node_facts=read_node_facts(sysfs_root, taken.inventory))
+
+
 def daemon_routes(
     daemon: Observed, source: AllocationsSource, calls: LoopCalls
 ) -> dict[str, Route]:
@@ -173,9 +179,7 @@ def daemon_routes(
             taken = calls.awaited(snapshot, LOOP_TIMEOUT + LIST_TIMEOUT)
         except (TimeoutError, RuntimeError):
             return text(503, "event loop not responding")
-        # The node's facts are read here, on the endpoint's worker, not on the daemon's loop.
-        facts = read_node_facts(daemon.settings.sysfs_root, taken.inventory)
-        taken = dataclasses.replace(taken, node_facts=facts)
+        taken = with_node_facts(taken, daemon.settings.sysfs_root)
         body, content_type = exposition(taken, daemon.counters, headers.get("accept", ""))
         return Response(200, content_type, body)
 

@@ -20,22 +20,10 @@ What this module writes (only engines with at least one device appear)::
     feature.node.kubernetes.io/kae-hpre.pfs=2
     feature.node.kubernetes.io/kae-hpre.vfs=4
 
-The node's KAE facts (issue 37, :mod:`kae_deviceplugin.discovery.node_facts`) add, per engine
-with devices, ``.sva`` (``true``, ``false`` or ``mixed``), ``.uacce-mode``, ``.pf-q-num`` and
-``.driver-provenance`` (``out-of-tree``, ``in-tree``, ``built-in``), each only when known; per
-engine without devices on a HiSilicon node ``.likely-absent-cause`` (``no-licence``,
-``tee-holds-sec``, ``not-passed-through``, ``driver-not-loaded``, ``driver-unbound``,
-``driver-other``, ``no-uacce``); and ``kae.cma-total-mib`` where a device runs without SVA (CMA
-free changes all the time: it is a metric, not a label)::
-
-    feature.node.kubernetes.io/kae-sec.sva=false
-    feature.node.kubernetes.io/kae-sec.uacce-mode=2
-    feature.node.kubernetes.io/kae-sec.pf-q-num=256
-    feature.node.kubernetes.io/kae-sec.driver-provenance=out-of-tree
-    feature.node.kubernetes.io/kae-zip.likely-absent-cause=driver-not-loaded
-    feature.node.kubernetes.io/kae.cma-total-mib=512
-
-The facts are read again at each write (an inventory change, the expiry's renewal).
+The node's KAE facts (issue 37, read again at each write) add per engine with devices ``.sva``,
+``.uacce-mode``, ``.pf-q-num``, ``.driver-provenance``; per engine without devices on a HiSilicon
+CPU ``.likely-absent-cause``; ``kae.cma-total-mib`` where a device runs without SVA (values in
+docs/observability.md).
 
 ``algorithms`` joins the names in kernel order with ``_`` and is left out when that would not
 be a valid label value (over 63 characters); ``algorithm.<name>`` is the exact, always-present
@@ -148,13 +136,6 @@ def _node_fact_labels(inventory: Inventory, facts: NodeFacts) -> dict[str, str]:
     if facts.without_sva(inventory) and facts.cma.total is not None:
         labels["kae.cma-total-mib"] = str(facts.cma.total // MIB)
     return labels
-
-
-def node_labels(inventory: Inventory, sysfs_root: Path | None) -> dict[str, str]:
-    """The labels of ``inventory`` and, with a sysfs root, of the node's facts read now."""
-    if sysfs_root is None:
-        return feature_labels(inventory)
-    return feature_labels(inventory, read_node_facts(sysfs_root, inventory))
 
 
 def _rfc3339(moment: datetime) -> str:
@@ -286,7 +267,9 @@ class FeatureWriter:
         self.last_error: str | None = None
 
     def _update(self, inventory: Inventory) -> bool:
-        return self.feature_file.update(node_labels(inventory, self.sysfs_root))
+        root = self.sysfs_root
+        facts = None if root is None else read_node_facts(root, inventory)
+        return self.feature_file.update(feature_labels(inventory, facts))
 
     async def write(self, inventory: Inventory) -> bool:
         path = self.feature_file.path
