@@ -57,12 +57,19 @@ def test_sva_follows_the_flags_of_each_kernel_family() -> None:
     assert sva_of(0, "hisi_qm_v2", old_layout=True) is False  # a shared domain, no PASID
 
 
-def test_the_scan_gives_each_device_its_sva() -> None:
+def test_the_scan_gives_each_device_its_sva(tmp_path: Path) -> None:
     """The checked-in trees: KAE 2.0 (flags 129) and mainline (1) with SVA, KAE 1.x (0 under
-    attrs/) without."""
+    attrs/) without; under attrs/ flags 1 is NOIOMMU (no SVA) and 6 is SVA."""
     for tree, expected in (("kunpeng920-2p", True), ("mainline-6.6", True), ("kae1-4.19", False)):
         inventory = scan(FIXTURES / tree / "sys", FIXTURES / tree / "dev")
         assert {d.sva for d in inventory} == {expected}, tree
+    kae1 = [
+        kunpeng_pf("hisi_sec2", 0, 0, layout="kae1", attrs={"flags": "1"}),
+        kunpeng_pf("hisi_hpre", 0, 1, layout="kae1", attrs={"flags": "6"}),
+    ]
+    build_tree(tmp_path, kae1)
+    inventory = scan(tmp_path / "sys", tmp_path / "dev")
+    assert {d.name: d.sva for d in inventory} == {"hisi_sec2-0": False, "hisi_hpre-1": True}
 
 
 def test_a_node_without_sva_and_its_cma(tmp_path: Path) -> None:
