@@ -18,7 +18,13 @@ from kae_deviceplugin.core.engines import ENGINES, HUAWEI_PCI_VENDOR, Engine
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.discovery.absence import Absence, pci_functions
 from kae_deviceplugin.discovery.absence import PciFunction as Function
-from kae_deviceplugin.discovery.node_facts import CPU_PARTS, HISILICON_IMPLEMENTER, read_driver
+from kae_deviceplugin.discovery.node_facts import (
+    CPU_PARTS,
+    HISILICON_IMPLEMENTER,
+    proc_root_for,
+    read_cpu,
+    read_driver,
+)
 from kae_deviceplugin.discovery.scan import module_version
 
 NO_HARDWARE_FIX = (
@@ -46,6 +52,9 @@ def cpu_description(sysfs_root: Path) -> str:
         if implementer == HISILICON_IMPLEMENTER:
             return f"arm64, HiSilicon {CPU_PARTS.get(part, f'part {part:#x}')}"
         return f"arm64, implementer {implementer:#x} (not HiSilicon: no KAE engines)"
+    cpu = read_cpu(sysfs_root, proc_root_for(sysfs_root))  # an arm64 kernel's /proc/cpuinfo
+    if cpu.implementer is not None:
+        return f"arm64, {cpu.describe()}"
     if sysfs_root.resolve() == Path("/sys"):
         return f"{platform.machine()} (KAE engines come with Kunpeng arm64 SoCs)"
     if cpus.is_dir():

@@ -114,3 +114,16 @@ def test_an_engine_on_the_bus_without_a_driver_names_the_modprobe(tmp_path: Path
     assert row["fixes"] == [
         "on the node: modprobe hisi_zip (openEuler's KAE driver packages provide it)"
     ]
+
+
+def test_the_cpu_comes_from_cpuinfo_where_sysfs_shows_no_midr(tmp_path: Path) -> None:
+    """An arm64 kernel without MIDR_EL1 in sysfs: the hardware row names the CPU from
+    /proc/cpuinfo's implementer and part."""
+    FACT_TREES["single-socket-without-sec"](tmp_path)
+    for midr in (tmp_path / "sys" / "devices" / "system" / "cpu").glob("cpu*/regs"):
+        for path in sorted(midr.rglob("*"), reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+        midr.rmdir()
+    (row,) = rows_of(tmp_path)["hardware"]
+    assert "CPU: arm64, HiSilicon Kunpeng 920" in row["detail"]
+    assert rows_of(tmp_path)["engine sec"][0]["status"] == "warn"  # still known as a Kunpeng
