@@ -94,8 +94,6 @@ def feature_labels(inventory: Inventory, facts: NodeFacts | None = None) -> dict
         devices = [d for d in inventory if d.engine == engine.name]
         if not devices:
             continue
-        if facts is not None:
-            labels |= _fact_labels(f"kae-{engine.name}", devices, facts.drivers[engine.name])
         name = f"kae-{engine.name}"
         labels[f"{name}.present"] = "true"
         api = ".".join(_distinct([d.api for d in devices if d.api]))
@@ -114,6 +112,8 @@ def feature_labels(inventory: Inventory, facts: NodeFacts | None = None) -> dict
             labels[f"{name}.driver-version"] = versions[0]
         labels[f"{name}.pfs"] = str(sum(d.function is Function.PF for d in devices))
         labels[f"{name}.vfs"] = str(sum(d.function is Function.VF for d in devices))
+        if facts is not None:
+            labels |= _fact_labels(name, devices, facts.drivers[engine.name])
     if facts is not None:
         labels |= _node_fact_labels(inventory, facts)
     return {LABEL_PREFIX + key: value for key, value in labels.items()}
