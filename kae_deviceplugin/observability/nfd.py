@@ -21,9 +21,9 @@ What this module writes (only engines with at least one device appear)::
     feature.node.kubernetes.io/kae-hpre.vfs=4
 
 The node's KAE facts (issue 37, read again at each write) add per engine with devices ``.sva``,
-``.uacce-mode``, ``.pf-q-num``, ``.driver-provenance``; per engine without devices on a HiSilicon
-CPU ``.likely-absent-cause``; ``kae.cma-total-mib`` where a device runs without SVA (values in
-docs/observability.md).
+``.uacce-mode``, ``.pf-q-num``, ``.driver-provenance``; per engine without devices (on the bus, or
+not on a HiSilicon CPU) ``.likely-absent-cause``; ``kae.cma-total-mib`` where a device runs
+without SVA (values in docs/observability.md).
 
 ``algorithms`` joins the names in kernel order with ``_`` and is left out when that would not
 be a valid label value (over 63 characters); ``algorithm.<name>`` is the exact, always-present

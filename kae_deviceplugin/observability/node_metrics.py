@@ -9,8 +9,8 @@
 * ``kae_devices_without_sva{engine}``: per engine with devices, how many run without SVA;
 * ``kae_cma_total_bytes``, ``kae_cma_free_bytes``: only where a device runs without SVA (its
   queues' memory comes from CMA) and ``/proc/meminfo`` shows CMA;
-* ``kae_engine_absent{engine, likely_cause}``: 1 per engine without devices on a HiSilicon
-  CPU, with its likely cause (the NFD label's value).
+* ``kae_engine_absent{engine, likely_cause}``: 1 per engine without devices whose functions
+  are on the bus, or on a HiSilicon CPU are not, with its likely cause (the NFD label's value).
 
 A handful of series per node, none per device.
 """
@@ -71,7 +71,7 @@ def node_fact_families(facts: NodeFacts, inventory: Inventory) -> list[Metric]:
         )
     absent = GaugeMetricFamily(
         "kae_engine_absent",
-        "An engine with no device on this HiSilicon node (always 1), with its likely cause.",
+        "An engine with no device here (always 1), with its likely cause.",
         labels=["engine", "likely_cause"],
     )
     for absence in facts.absent:
