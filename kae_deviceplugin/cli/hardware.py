@@ -16,7 +16,7 @@ from pathlib import Path
 from kae_deviceplugin.cli.checks import Row, Status
 from kae_deviceplugin.core.engines import ENGINES, HUAWEI_PCI_VENDOR, Engine
 from kae_deviceplugin.core.model import Inventory
-from kae_deviceplugin.discovery.absence import Absence, pci_functions
+from kae_deviceplugin.discovery.absence import Absence, no_uacce_fixes, pci_functions
 from kae_deviceplugin.discovery.absence import PciFunction as Function
 from kae_deviceplugin.discovery.node_facts import (
     CPU_PARTS,
@@ -97,8 +97,9 @@ def _missing_devices(sysfs_root: Path, engine: Engine, functions: list[Function]
         fix += f"modprobe -r {driver} && modprobe {driver} uacce_mode=1"
     elif not (sysfs_root / "class" / "uacce").is_dir():
         fix = "the kernel has no uacce class: it needs CONFIG_UACCE (the uacce module)"
-    else:
-        fix = f"the kernel log of {functions[0].address} says why no uacce device registered"
+    else:  # the kernel's own driver without SVA, or what the kernel log says
+        facts = read_driver(sysfs_root, driver)
+        return Row(check, Status.FAIL, detail, no_uacce_fixes(sysfs_root, functions, facts))
     return Row(check, Status.FAIL, detail, (fix,))
 
 

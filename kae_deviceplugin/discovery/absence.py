@@ -155,14 +155,16 @@ def no_uacce_fixes(
             f"{name} was loaded with uacce_mode=0 (crypto API only): on the node, "
             f"modprobe -r {name} && modprobe {name} uacce_mode=1",
         )
-    iommu = any(
-        os.path.lexists(f"{sysfs_root}/bus/pci/devices/{f.address}/iommu_group") for f in functions
-    )
-    if driver.provenance in ("in-tree", "built-in") and not iommu:
+    if driver.provenance in ("in-tree", "built-in"):
+        iommu = any(
+            os.path.lexists(f"{sysfs_root}/bus/pci/devices/{f.address}/iommu_group")
+            for f in functions
+        )
+        why = "" if iommu else ", and these functions have no IOMMU group"
         return (
             f"{name} is the kernel's own driver, which registers uacce devices only with SVA "
-            "(the SMMU on), and these functions have no IOMMU group: turn the SMMU on, or "
-            f"install KAE's driver and load it with uacce_mode=2 (no SVA)",
+            f"(the SMMU on, with SVA){why}: turn the SMMU on, or install KAE's driver and load "
+            "it with uacce_mode=2 (no SVA)",
         )
     return (f"the kernel log of {functions[0].address} says why no uacce device registered",)
 

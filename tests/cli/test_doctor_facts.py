@@ -11,6 +11,8 @@ from click.testing import CliRunner
 from kae_deviceplugin.cli.main import main
 from kae_deviceplugin.testing.fact_trees import FACT_TREES
 from kae_deviceplugin.testing.node_files import KIB_PER_MIB, NodeSpec, set_meminfo
+from kae_deviceplugin.testing.sysfs_builder import build_tree, remove_device
+from kae_deviceplugin.testing.sysfs_trees import one_socket
 
 FIXTURES = Path(__file__).resolve().parents[2] / "sysfs_fixtures"
 
@@ -127,3 +129,14 @@ def test_the_cpu_comes_from_cpuinfo_where_sysfs_shows_no_midr(tmp_path: Path) ->
     (row,) = rows_of(tmp_path)["hardware"]
     assert "CPU: arm64, HiSilicon Kunpeng 920" in row["detail"]
     assert rows_of(tmp_path)["engine sec"][0]["status"] == "warn"  # still known as a Kunpeng
+
+
+def test_the_kernels_own_driver_without_sva_names_the_smmu_or_kaes_driver(tmp_path: Path) -> None:
+    """Mainline 6.6's in-tree hisi_zip bound to its PF but with no uacce device (it registers
+    one only with SVA) and no IOMMU group: the fix names the SMMU and KAE's uacce_mode=2."""
+    build_tree(tmp_path, one_socket(layout="mainline-isolate"))
+    remove_device(tmp_path, "hisi_zip-2")
+    (row,) = rows_of(tmp_path)["engine zip"]
+    assert row["status"] == "fail" and "no uacce device" in row["detail"]
+    assert "registers uacce devices only with SVA" in row["fixes"][0]
+    assert "no IOMMU group" in row["fixes"][0] and "uacce_mode=2" in row["fixes"][0]
