@@ -9,10 +9,10 @@ from typing import Any
 from click.testing import CliRunner
 
 from kae_deviceplugin.cli.main import main
-from kae_deviceplugin.testing.fact_trees import FACT_TREES
-from kae_deviceplugin.testing.node_files import KIB_PER_MIB, NodeSpec, set_meminfo
 from kae_deviceplugin.testing.sysfs_builder import build_tree, remove_device
 from kae_deviceplugin.testing.sysfs_trees import one_socket
+from tests.support.fact_trees import FACT_TREES
+from tests.support.node_files import KIB_PER_MIB, NodeSpec, set_meminfo
 
 FIXTURES = Path(__file__).resolve().parents[2] / "sysfs_fixtures"
 

@@ -28,11 +28,11 @@ from kae_deviceplugin.discovery.node_facts import (
     read_node_facts,
 )
 from kae_deviceplugin.discovery.scan import scan
-from kae_deviceplugin.testing.fact_trees import FACT_TREES
-from kae_deviceplugin.testing.node_cases import add_module
-from kae_deviceplugin.testing.node_files import NodeSpec, add_node_files, set_meminfo
 from kae_deviceplugin.testing.sysfs_builder import DeviceSpec, build_tree, set_driver_bound
 from kae_deviceplugin.testing.sysfs_trees import kunpeng_pf
+from tests.support.fact_trees import FACT_TREES
+from tests.support.node_cases import add_module
+from tests.support.node_files import NodeSpec, add_node_files, set_meminfo
 
 FIXTURES = Path(__file__).resolve().parents[2] / "sysfs_fixtures"
 MIB = 1024 * 1024

@@ -5,11 +5,14 @@ is described in docs/observability.md.
 The device-plugin daemon runs on the ``faults`` tree (so reason series exist) with the kubelet's
 pod-resources API answering (so holder series exist); the DRA daemon
 is ``serve --mode dra`` against the tests' HTTP API server with ZIP shared and a claim of 8
-queues prepared (so the queue series exist), as the dashboard's test runs them.
+queues prepared (so the queue series exist), as the dashboard's test runs them; two more
+device-plugin daemons serve the node-fact trees where devices run without SVA (the CMA series)
+and where an engine is absent (its likely cause).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import urllib.request
 from collections.abc import Iterator
@@ -20,8 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator
 from tests.docs.markdown import CURRENT_DOCS, read
 from tests.observability.test_dashboard import dra_node_with_a_share
+from tests.support.fact_trees import FACT_TREES
 from tests.support.http_apiserver import HttpApiServer
-from tests.support.observability_harness import observed_node
+from tests.support.observability_harness import ObservedNode, observed_node, wait_until
 
 # A metric name in prose or code: kae_ then a name; the package (kae_deviceplugin) and file
 # names (openfuyao.com-kae_<uid>.json) are not metrics.
@@ -73,6 +77,10 @@ def documented(text: str) -> set[str]:
     return {n for n in NAME.findall(text) if not n.startswith(NOT_METRICS)}
 
 
+def _has(node: ObservedNode, series: str) -> bool:
+    return series in node.scrape()
+
+
 @pytest.fixture(scope="module")
 def scrapes() -> Iterator[dict[str, str]]:
     """One scrape of each mode's real daemon."""
@@ -82,7 +90,15 @@ def scrapes() -> Iterator[dict[str, str]]:
         plugin = plugin_node.scrape()
     with HttpApiServer() as api, dra_node_with_a_share(api) as address:
         dra = scrape(address)
-    yield {"device-plugin": plugin, "dra": dra}
+    facts = {}
+    for tree, series in (
+        ("no-sva-low-cma", "kae_cma_free_bytes"),
+        ("no-licence", "kae_engine_absent"),
+    ):
+        with observed_node(build=FACT_TREES[tree]) as fact_node:
+            assert wait_until(functools.partial(_has, fact_node, series)), fact_node.scrape()
+            facts[tree] = fact_node.scrape()
+    yield {"device-plugin": plugin, "dra": dra, **facts}
 
 
 def test_every_metric_the_docs_name_is_in_a_live_scrape(scrapes: dict[str, str]) -> None:

@@ -8,10 +8,10 @@ from typing import Any
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.testing.dra_scheduler import allocate
-from kae_deviceplugin.testing.fact_trees import FACT_TREES
 from kae_deviceplugin.testing.sysfs_builder import set_attribute
 from tests.dra.inventories import fixture_inventory, tree_inventory
 from tests.support.dra_process import device_names, dra_node, dra_process
+from tests.support.fact_trees import FACT_TREES
 from tests.support.http_apiserver import HttpApiServer
 
 DRIVER = "kae.openfuyao.com"

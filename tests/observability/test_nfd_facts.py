@@ -14,12 +14,12 @@ from kae_deviceplugin.observability.nfd import (
     parse,
     valid_label_part,
 )
-from kae_deviceplugin.testing.fact_trees import FACT_TREES
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
-from kae_deviceplugin.testing.node_files import KIB_PER_MIB, NodeSpec, set_meminfo
 from kae_deviceplugin.testing.sysfs_builder import add_device, set_driver_bound
 from kae_deviceplugin.testing.sysfs_trees import kunpeng_pf
+from tests.support.fact_trees import FACT_TREES
 from tests.support.harness import DaemonThread, settings_for, short_tmpdir
+from tests.support.node_files import KIB_PER_MIB, NodeSpec, set_meminfo
 from tests.support.observability_harness import wait_until
 
 P = LABEL_PREFIX

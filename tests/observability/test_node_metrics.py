@@ -10,9 +10,9 @@ from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.discovery.node_facts import read_node_facts
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.observability.metrics import Snapshot, exposition
-from kae_deviceplugin.testing.fact_trees import FACT_TREES
-from kae_deviceplugin.testing.node_files import KIB_PER_MIB, NodeSpec, set_meminfo
 from tests.observability.test_metrics import check_with_promtool
+from tests.support.fact_trees import FACT_TREES
+from tests.support.node_files import KIB_PER_MIB, NodeSpec, set_meminfo
 from tests.support.observability_harness import observed_node, wait_until
 
 MIB = 1024 * 1024

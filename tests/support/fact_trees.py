@@ -2,8 +2,8 @@
 
 Each is a Kunpeng 920 in the kernel's layout (devices through
 :mod:`kae_deviceplugin.testing.sysfs_builder`, CPUs and ``/proc`` through
-:mod:`kae_deviceplugin.testing.node_files`, bare PCI functions through
-:mod:`kae_deviceplugin.testing.node_cases`):
+:mod:`tests.support.node_files`, bare PCI functions through
+:mod:`tests.support.node_cases`):
 
 * ``no-sva-low-cma``: one socket, SMMU off: the three PFs without SVA (``flags`` 2, ``api``
   ``hisi_qm_v2_noiommu``, KAE's drivers loaded with ``uacce_mode=2``), CMA 64 MiB with 8 free.
@@ -25,8 +25,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kae_deviceplugin.core.engines import ENGINES_BY_NAME, HUAWEI_PCI_VENDOR
-from kae_deviceplugin.testing.node_cases import add_pci_function
-from kae_deviceplugin.testing.node_files import KIB_PER_MIB, NodeSpec, add_node_files
 from kae_deviceplugin.testing.sysfs_builder import DeviceSpec, build_tree
 from kae_deviceplugin.testing.sysfs_trees import (
     KUNPENG920_PFS,
@@ -34,6 +32,8 @@ from kae_deviceplugin.testing.sysfs_trees import (
     one_socket,
     two_socket,
 )
+from tests.support.node_cases import add_pci_function
+from tests.support.node_files import KIB_PER_MIB, NodeSpec, add_node_files
 
 NO_SVA = {"flags": "2", "api": "hisi_qm_v2_noiommu"}
 KAE_NO_SVA_MODULE = {"parameters/uacce_mode": "2"}
