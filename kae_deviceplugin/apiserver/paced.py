@@ -14,6 +14,7 @@ import builtins
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 
+from kae_deviceplugin.apiserver.rest_api import RestApi
 from kae_deviceplugin.apiserver.seam import ApiServer, JsonObject, Kind, WatchStart
 from kae_deviceplugin.core.backoff import TokenBucket
 
@@ -28,6 +29,11 @@ class PacedApi:
         self.api = api
         self.bucket = bucket or TokenBucket(RATE, BURST)
         self.requests: Counter[str] = Counter()
+        if isinstance(api, RestApi):  # a call's further requests (pages, re-watches) pay too
+            api.before_request = self._further
+
+    async def _further(self, verb: str, kind: Kind) -> None:
+        await self._token(verb)
 
     async def _token(self, verb: str) -> None:
         self.requests[verb] += 1

@@ -8,6 +8,13 @@ the daemon at rest. So the requests are made here, as the library made them: the
 kept alive for the next call. Every call is bounded (``REQUEST_TIMEOUT``), and so is a watch's
 silence: it asks the server to end it after ``WATCH_SECONDS``, and a stream that neither sends
 nor ends for longer than that is a broken one (a server gone without a reset, a cut path).
+
+Every HTTP request a call makes beyond its first (a list's next page, a watch asked again, a
+request repeated after a 401) is announced to ``before_request`` first, so whoever paces and
+counts calls (``paced.PacedApi``) paces and counts requests. A watch the server ends without
+sending anything is asked again only after a backoff (capped, jittered), never at once. A
+body is bounded (``http1.MAX_BODY``) and so is what parsing it can make (``MAX_OBJECT_SHARE``):
+no answer can outgrow the pod's memory limit.
 """
 
 from __future__ import annotations
@@ -16,41 +23,73 @@ import asyncio
 import builtins
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+import logging
+import random
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from kae_deviceplugin.apiserver.credentials import Target, from_kubeconfig, from_service_account
-from kae_deviceplugin.apiserver.http1 import Connection, Head, lines
+from kae_deviceplugin.apiserver.http1 import MAX_BODY, MAX_LINE, Connection, Head, lines
 from kae_deviceplugin.apiserver.http_pool import Pool
 from kae_deviceplugin.apiserver.kubeconfig import check_service_account, load_kubeconfig
 from kae_deviceplugin.apiserver.rest_errors import EventError, Refused, Silent, translated
 from kae_deviceplugin.apiserver.seam import JsonObject, Kind, WatchStart
+from kae_deviceplugin.core.backoff import Backoff
 from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, KubeconfigError
+
+log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "kae-deviceplugin"
 REQUEST_TIMEOUT = 10.0  # per call: a slow API server must not wedge a kubelet call for 45 s
-WATCH_SECONDS = 300  # the server ends a watch this quiet cleanly, and it is resumed
-WATCH_SILENCE = WATCH_SECONDS + 30.0  # longer without a line or the end: the stream is broken
+# The server ends a watch after timeoutSeconds and it is resumed; drawn anew for each request
+# between these (as client-go's reflector does), so a fleet of nodes does not re-watch in step.
+WATCH_SECONDS = (300, 600)
+WATCH_GRACE = 30.0  # past timeoutSeconds without a line or the end: the stream is broken
+WATCH_SILENCE: float | None = None  # a test's fixed silence bound instead (None: the above)
+WATCH_KEPT = 10.0  # a stream that lasted this long was no instant end, even if it sent nothing
+WATCH_BACKOFF = (1.0, 30.0)  # first and longest wait before asking again for an empty stream
 APPLY = "application/apply-patch+yaml"  # JSON is YAML: the body is the object's JSON
 USER_AGENT = "kae-deviceplugin"
+# json.loads makes ~30 bytes of objects per byte of "{}," (a dict and its list slot): a body
+# may open at most one object or array per this many bytes, which bounds a parse's memory to
+# ~12x the body (strings and numbers: an object header per few bytes) whatever its shape.
+# Real API objects open one per ~50-60 bytes.
+MAX_OBJECT_SHARE = 24
+
+# Called before each request a call makes beyond its first: (verb, kind).
+BeforeRequest = Callable[[str, Kind], Awaitable[None]]
 
 
 class RestApi:
     """The calls of ``seam.ApiServer`` to one ``Target``; ``server`` (its URL) is named in
     every error, so a message says which API server refused or was away."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(
+        self,
+        target: Target,
+        *,
+        max_body: int = MAX_BODY,
+        page_size: int | None = None,
+        before_request: BeforeRequest | None = None,
+    ) -> None:
         self.target = target
         self.server = target.server
-        self._pool = Pool(target.endpoint)
+        self.max_body = max_body
+        self.page_size = page_size  # a list asks pages of this many (``limit``), each bounded
+        self.before_request = before_request
+        self.rng = random.Random()
+        self._pool = Pool(target.endpoint, max_body)
 
     # -- the seam -------------------------------------------------------------------------------
 
     async def get(self, kind: Kind, name: str, namespace: str | None = None) -> JsonObject:
         path = self._path(kind, namespace, name)
-        answer: JsonObject = await self._call("get", kind, name, "GET", path)
+        answer = await self._call("get", kind, name, "GET", path)
+        if not isinstance(answer, dict):
+            async with translated("get", kind.plural, name, self.server):
+                raise TypeError(f"a JSON {type(answer).__name__} where an object belongs")
         return answer
 
     async def list(self, kind: Kind, field_selector: Mapping[str, str]) -> list[JsonObject]:
@@ -61,11 +100,20 @@ class RestApi:
         self, kind: Kind, field_selector: Mapping[str, str]
     ) -> tuple[builtins.list[JsonObject], str]:
         query = {"fieldSelector": _selector(field_selector)} if field_selector else {}
+        if self.page_size:
+            query["limit"] = str(self.page_size)
         items: builtins.list[JsonObject] = []
-        while True:  # the server pages only when asked to (limit): once, but follow it if it does
-            page = await self._call("list", kind, None, "GET", self._path(kind, None), query=query)
+        further = False
+        while True:  # the server pages only when asked to (limit): follow it if it does
+            path = self._path(kind, None)
+            page = await self._call("list", kind, None, "GET", path, query=query, further=further)
+            if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
+                async with translated("list", kind.plural, None, self.server):
+                    raise TypeError("a list answer without a list of items")
             items += page.get("items") or []
-            metadata = page.get("metadata") or {}
+            further = True
+            found = page.get("metadata")
+            metadata: JsonObject = found if isinstance(found, dict) else {}
             if not metadata.get("continue"):
                 return items, str(metadata.get("resourceVersion") or "")
             query = {**query, "continue": metadata["continue"]}
@@ -111,19 +159,52 @@ class RestApi:
         self, kind: Kind, field_selector: Mapping[str, str], start: WatchStart | None = None
     ) -> AsyncIterator[tuple[str, JsonObject]]:
         version = start
+        loop = asyncio.get_running_loop()
+        empty = Backoff(*WATCH_BACKOFF, rng=self.rng)  # streams ended at once, in a row
+        further = False
         async with translated("watch", kind.plural, None, self.server, stream=True):
             while True:  # a clean end is resumed from the last event seen, as the seam says
-                query = {"watch": "true", "timeoutSeconds": str(WATCH_SECONDS)}
-                if field_selector:
-                    query["fieldSelector"] = _selector(field_selector)
-                if version is not None:
-                    query["resourceVersion"] = version
+                wait = empty.not_before("watch") - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if further:
+                    await self._before("watch", kind)
+                further = True
+                began, sent = loop.time(), False
                 # Closed at once when the caller stops reading, not when it is collected: the
                 # stream's connection goes with it.
-                async with contextlib.aclosing(self._stream(self._path(kind, None), query)) as got:
+                query = self._watch_query(field_selector, version)
+                async with contextlib.aclosing(
+                    self._stream(self._path(kind, None), query, kind)
+                ) as got:
                     async for event, obj in got:
+                        sent = True
                         version = obj["metadata"]["resourceVersion"]
-                        yield event, obj
+                        if event != "BOOKMARK":  # a bookmark only moves the version on
+                            yield event, obj
+                if sent or loop.time() - began >= WATCH_KEPT:
+                    empty.succeeded("watch")
+                    continue
+                delay = empty.failed("watch", loop.time())
+                if empty.failures("watch") == 3:  # said once per run of them, not each time
+                    log.info("the API server ends each watch of %s at once; asking again "
+                             "after up to %g s", kind.plural, WATCH_BACKOFF[1])  # fmt: skip
+                log.debug("watch of %s ended empty; again in %.1f s", kind.plural, delay)
+
+    def _watch_query(
+        self, field_selector: Mapping[str, str], version: str | None
+    ) -> dict[str, str]:
+        seconds = self.rng.randint(*WATCH_SECONDS)
+        query = {"watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": str(seconds)}
+        if field_selector:
+            query["fieldSelector"] = _selector(field_selector)
+        if version is not None:
+            query["resourceVersion"] = version
+        return query
+
+    async def _before(self, verb: str, kind: Kind) -> None:
+        if self.before_request is not None:
+            await self.before_request(verb, kind)
 
     async def close(self) -> None:
         await self._pool.close()
@@ -154,24 +235,32 @@ class RestApi:
         query: Mapping[str, str] | None = None,
         body: JsonObject | None = None,
         content_type: str = "application/json",
+        further: bool = False,
     ) -> Any:
-        """One request's JSON answer (None for an empty one), or ApiError."""
+        """One request's JSON answer (None for an empty one), or ApiError; ``further``: not the
+        call's first request (``before_request`` is asked first)."""
         target = f"{path}?{urlencode(query)}" if query else path
         payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         async with translated(verb, kind.plural, name, self.server):
+            if further:
+                await self._before(verb, kind)
+            await self.target.authorization.header()  # an exec plugin has a bound of its own
             async with _bounded():
-                head, data = await self._authorized(method, target, payload, content_type)
+                head, data = await self._authorized(verb, kind, method, target, payload=payload,
+                                                    content_type=content_type)  # fmt: skip
             if not 200 <= head.status < 300:
                 raise Refused(head, data)
-            return json.loads(data) if data.strip() else None
+            return decode(data, self.max_body) if data.strip() else None
 
     async def _authorized(
-        self, method: str, target: str, payload: bytes, content_type: str
+        self, verb: str, kind: Kind, method: str, target: str, *, payload: bytes, content_type: str
     ) -> tuple[Head, bytes]:
         """The answer, asked again once with the token read anew after a 401 (a rotated
         service-account token, an exec plugin's expired one)."""
+        used = await self.target.authorization.header()
         answer = await self._exchange(method, target, payload, content_type)
-        if answer[0].status == 401 and await self.target.authorization.refresh():
+        if answer[0].status == 401 and await self.target.authorization.refresh(used):
+            await self._before(verb, kind)
             answer = await self._exchange(method, target, payload, content_type)
         return answer
 
@@ -184,6 +273,8 @@ class RestApi:
         authorization = await self.target.authorization.header()
         if authorization is not None:
             headers["Authorization"] = authorization
+        if self.target.impersonate:
+            headers["Impersonate-User"] = self.target.impersonate
         if payload:
             headers["Content-Type"] = content_type
         return headers
@@ -195,30 +286,33 @@ class RestApi:
         return await self._pool.exchange(method, target, headers, payload)
 
     async def _stream(
-        self, path: str, query: Mapping[str, str]
+        self, path: str, query: Mapping[str, str], kind: Kind
     ) -> AsyncGenerator[tuple[str, JsonObject]]:
         """One watch request's events, until the server ends it; ``Refused`` for a refusal,
         ``EventError`` for an ERROR event (410: the version is too old)."""
         target = f"{path}?{urlencode(query)}"
+        silence = WATCH_SILENCE or int(query["timeoutSeconds"]) + WATCH_GRACE
+        used = await self.target.authorization.header()
         connection, head = await self._open_watch(target)
         try:
-            if head.status == 401 and await self.target.authorization.refresh():
+            if head.status == 401 and await self.target.authorization.refresh(used):
                 self._pool.release_held(connection)
+                await self._before("watch", kind)
                 connection, head = await self._open_watch(target)
             if head.status != 200:
                 async with _bounded():
                     raise Refused(head, await connection.body(head))
             parts = connection.chunks() if head.chunked else _whole(connection, head)
-            events = lines(parts)
+            events = lines(parts, min(MAX_LINE, self.max_body))
             while True:
                 try:
-                    async with asyncio.timeout(WATCH_SILENCE):
+                    async with asyncio.timeout(silence):
                         line = await anext(events)
                 except StopAsyncIteration:
                     return
                 except TimeoutError:
-                    raise Silent(f"no event nor end of the watch in {WATCH_SILENCE:g} s") from None
-                yield _event(line)
+                    raise Silent(f"no event nor end of the watch in {silence:g} s") from None
+                yield _event(line, self.max_body)
         finally:
             self._pool.release_held(connection)
 
@@ -253,15 +347,36 @@ async def _whole(connection: Connection, head: Head) -> AsyncIterator[bytes]:
     yield data
 
 
-def _event(line: bytes) -> tuple[str, JsonObject]:
+def decode(data: bytes, limit: int = MAX_BODY) -> Any:
+    """JSON of at most ``limit`` bytes opening at most one object or array per
+    ``MAX_OBJECT_SHARE`` bytes; ValueError (one line) for anything else, a nesting too deep
+    for the parser included."""
+    if len(data) > limit:
+        raise ValueError(f"an answer larger than {limit} bytes")
+    containers = data.count(b"{") + data.count(b"[")  # in strings too: an over-count, safe
+    if containers > max(len(data) // MAX_OBJECT_SHARE, 64):
+        raise ValueError(f"{containers} objects or arrays in {len(data)} bytes, more than an "
+                         "API object has")  # fmt: skip
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested deeper than the parser follows") from None
+
+
+def _event(line: bytes, limit: int = MAX_BODY) -> tuple[str, JsonObject]:
     """(type, object) of a watch line; ``EventError`` for an ERROR event; ValueError,
     KeyError or TypeError for a line that is no event."""
-    event = json.loads(line)
+    event = decode(line, limit)
+    if not isinstance(event, dict):
+        raise TypeError(f"a watch line of a JSON {type(event).__name__}, not an event")
     kind, obj = event["type"], event["object"]
     if not isinstance(kind, str) or not isinstance(obj, dict):
         raise TypeError(f"a watch event of type {type(kind).__name__}")
     if kind == "ERROR":
         raise EventError(obj)
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("resourceVersion"), str):
+        raise TypeError(f"a {kind} event without metadata.resourceVersion")
     return kind, obj
 
 
@@ -279,17 +394,30 @@ def connect(kubeconfig: Path | None) -> RestApi:
     KubeconfigError naming the file and what is wrong with it when neither gives one."""
     if kubeconfig is not None:
         content, server = load_kubeconfig(kubeconfig)
-        where, code = str(kubeconfig), EXIT_USAGE
-    else:
-        server, where, code = check_service_account(), "the pod's service account", EXIT_ENVIRONMENT
+        return client_for(content, server, kubeconfig)
+    server = check_service_account()
     try:
-        if kubeconfig is not None:
-            return RestApi(from_kubeconfig(content, server, kubeconfig))
         return RestApi(from_service_account(server))
+    except Exception as err:  # the CA file unreadable or no PEM
+        said = f"no client for {server} can be made from it: {_first_line(err)}"
+        raise KubeconfigError(f"the pod's service account: {said}", code=EXIT_ENVIRONMENT) from err
+
+
+def client_for(content: Mapping[str, Any], server: str, where: Path, **options: Any) -> RestApi:
+    """A client for a checked kubeconfig's current context (``options``: ``RestApi``'s, and
+    ``show_stderr`` for an exec plugin's); KubeconfigError naming ``where`` when none can be
+    made. Running without TLS verification is said once, as a warning, here."""
+    show_stderr = bool(options.pop("show_stderr", False))
+    try:
+        target = from_kubeconfig(content, server, where, show_stderr=show_stderr)
     except Exception as err:  # a CA or key file unreadable or no PEM, a field of the wrong type
-        raise KubeconfigError(
-            f"{where}: no client for {server} can be made from it: {_first_line(err)}", code=code
-        ) from err
+        raise KubeconfigError(f"{where}: no client for {server} can be made from it: "
+                              f"{_first_line(err)}", code=EXIT_USAGE) from err  # fmt: skip
+    if target.insecure:
+        said = "anyone on the path can read and change what this client asks"
+        log.warning("TLS verification of %s is off (insecure-skip-tls-verify in %s): %s",
+                    server, where, said)  # fmt: skip
+    return RestApi(target, **options)
 
 
 def _first_line(err: BaseException) -> str:

@@ -86,7 +86,8 @@ def test_watch_lines_split_across_chunks_a_clean_end_resumes_and_a_410_ends_it(
         queries = [request.query for _, request in server.requests]
         assert [q.get("resourceVersion") for q in queries] == ["3", "7"]
         assert queries[0]["fieldSelector"] == "spec.driver=kae.openfuyao.com,spec.nodeName=n1"
-        assert queries[0]["watch"] == "true" and queries[0]["timeoutSeconds"] == "300"
+        assert queries[0]["watch"] == "true" and 300 <= int(queries[0]["timeoutSeconds"]) <= 600
+        assert queries[0]["allowWatchBookmarks"] == "true"
         return seen
 
     assert run(tmp_path, respond, body) == ["ADDED s1", "MODIFIED s1"]
