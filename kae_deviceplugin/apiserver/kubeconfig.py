@@ -130,7 +130,22 @@ def load_kubeconfig(path: Path) -> tuple[dict[str, Any], str]:
     """The kubeconfig's content and the URL of its current context's server; KubeconfigError
     naming ``path`` and what is wrong (exit 2 for the file's content or a path that is no file,
     3 for a file the daemon cannot read)."""
-    config = _parsed(path, _text(path))
+    return check_kubeconfig(read_kubeconfig(path), path)
+
+
+def read_kubeconfig(path: Path) -> dict[str, Any]:
+    """The file's content, a mapping; KubeconfigError (one line, never a line of the file:
+    it may hold a token) for anything else."""
+    return _parsed(path, _text(path))
+
+
+def check_kubeconfig(
+    config: dict[str, Any], path: Path, context_name: str | None = None
+) -> tuple[dict[str, Any], str]:
+    """``config`` with ``context_name`` (default: its current-context) as its current context,
+    checked; and that context's server URL (without credentials)."""
+    if context_name is not None:
+        config = {**config, "current-context": context_name}
     current = config.get("current-context")
     if not isinstance(current, str) or not current:
         raise _bad(path, "sets no current-context (kubectl config use-context NAME sets one)")
