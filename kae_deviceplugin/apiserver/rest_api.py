@@ -58,6 +58,8 @@ USER_AGENT = "kae-deviceplugin"
 # Real API objects open one per ~50-60 bytes.
 MAX_OBJECT_SHARE = 24
 
+pause = asyncio.sleep  # how a watch waits out its backoff (a test records the waits)
+
 # Called before each request a call makes beyond its first: (verb, kind).
 BeforeRequest = Callable[[str, Kind], Awaitable[None]]
 
@@ -166,7 +168,7 @@ class RestApi:
             while True:  # a clean end is resumed from the last event seen, as the seam says
                 wait = empty.not_before("watch") - loop.time()
                 if wait > 0:
-                    await asyncio.sleep(wait)
+                    await pause(wait)
                 if further:
                     await self._before("watch", kind)
                 further = True
