@@ -57,7 +57,9 @@ class Authorization:
         async with self._lock:
             if self._valid_until is not None and time.time() >= self._valid_until - EARLY:
                 self._current, expires = await self._fetch()
-                self._valid_until = expires
+                # One already (nearly) expired is still used for the request that asked.
+                floor = time.time() + EARLY + 1.0
+                self._valid_until = None if expires is None else max(expires, floor)
         return self._current
 
     async def refresh(self, used: str | None = None) -> bool:
