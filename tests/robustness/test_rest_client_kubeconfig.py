@@ -135,7 +135,7 @@ def test_tls_server_name_is_the_name_checked(tmp_path: Path) -> None:
 async def connect_proxy(port: int, seen: list[str]) -> AsyncIterator[str]:
     """An HTTP proxy that tunnels every CONNECT to 127.0.0.1:``port`` (whatever host it
     names), recording each request line and Proxy-Authorization."""
-    tasks: set[asyncio.Task[Any]] = set()
+    tasks: set[asyncio.Future[Any]] = set()
 
     async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError):
