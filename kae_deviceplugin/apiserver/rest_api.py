@@ -5,60 +5,46 @@ brought ~10 MiB resident for them (httpx, httpcore, anyio and lightkube's models
 the daemon at rest. So the requests are made here, as the library made them: the same paths,
 ``fieldManager`` on writes, a server-side apply as ``application/apply-patch+yaml`` with
 ``force``, a watch resumed from its last event when the server ends it cleanly. Connections are
-kept alive for the next call. Every call is bounded (``REQUEST_TIMEOUT``), and so is a watch's
-silence: it asks the server to end it after ``WATCH_SECONDS``, and a stream that neither sends
-nor ends for longer than that is a broken one (a server gone without a reset, a cut path).
+kept alive for the next call. Every call is bounded (``rest_wire.REQUEST_TIMEOUT``), and so is
+a watch's silence (``rest_watch``: a stream that neither sends nor ends past the timeout it
+asked is a broken one: a server gone without a reset, a cut path).
 
 Every HTTP request a call makes beyond its first (a list's next page, a watch asked again, a
 request repeated after a 401) is announced to ``before_request`` first, so whoever paces and
 counts calls (``paced.PacedApi``) paces and counts requests. A watch the server ends without
 sending anything is asked again only after a backoff (capped, jittered), never at once. A
-body is bounded (``http1.MAX_BODY``) and so is what parsing it can make (``MAX_OBJECT_SHARE``):
-no answer can outgrow the pod's memory limit.
+body is bounded (``http1.MAX_BODY``) and so is what parsing it can make
+(``rest_wire.MAX_OBJECT_SHARE``): no answer can outgrow the pod's memory limit.
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import contextlib
 import json
 import logging
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from kae_deviceplugin.apiserver import rest_watch
 from kae_deviceplugin.apiserver.credentials import Target, from_kubeconfig, from_service_account
-from kae_deviceplugin.apiserver.http1 import MAX_BODY, MAX_LINE, Connection, Head, lines
+from kae_deviceplugin.apiserver.http1 import MAX_BODY, Head
 from kae_deviceplugin.apiserver.http_pool import Pool
 from kae_deviceplugin.apiserver.kubeconfig import check_service_account, load_kubeconfig
-from kae_deviceplugin.apiserver.rest_errors import EventError, Refused, Silent, translated
+from kae_deviceplugin.apiserver.rest_errors import Refused, translated
+from kae_deviceplugin.apiserver.rest_wire import REQUEST_TIMEOUT, bounded, decode, selector, typed
 from kae_deviceplugin.apiserver.seam import JsonObject, Kind, WatchStart
-from kae_deviceplugin.core.backoff import Backoff
 from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, KubeconfigError
 
 log = logging.getLogger(__name__)
 
+__all__ = ["REQUEST_TIMEOUT", "RestApi", "client_for", "connect", "decode"]
+
 FIELD_MANAGER = "kae-deviceplugin"
-REQUEST_TIMEOUT = 10.0  # per call: a slow API server must not wedge a kubelet call for 45 s
-# The server ends a watch after timeoutSeconds and it is resumed; drawn anew for each request
-# between these (as client-go's reflector does), so a fleet of nodes does not re-watch in step.
-WATCH_SECONDS = (300, 600)
-WATCH_GRACE = 30.0  # past timeoutSeconds without a line or the end: the stream is broken
-WATCH_SILENCE: float | None = None  # a test's fixed silence bound instead (None: the above)
-WATCH_KEPT = 10.0  # a stream that lasted this long was no instant end, even if it sent nothing
-WATCH_BACKOFF = (1.0, 30.0)  # first and longest wait before asking again for an empty stream
 APPLY = "application/apply-patch+yaml"  # JSON is YAML: the body is the object's JSON
 USER_AGENT = "kae-deviceplugin"
-# json.loads makes ~30 bytes of objects per byte of "{}," (a dict and its list slot): a body
-# may open at most one object or array per this many bytes, which bounds a parse's memory to
-# ~12x the body (strings and numbers: an object header per few bytes) whatever its shape.
-# Real API objects open one per ~50-60 bytes.
-MAX_OBJECT_SHARE = 24
-
-pause = asyncio.sleep  # how a watch waits out its backoff (a test records the waits)
 
 # Called before each request a call makes beyond its first: (verb, kind).
 BeforeRequest = Callable[[str, Kind], Awaitable[None]]
@@ -82,12 +68,12 @@ class RestApi:
         self.page_size = page_size  # a list asks pages of this many (``limit``), each bounded
         self.before_request = before_request
         self.rng = random.Random()
-        self._pool = Pool(target.endpoint, max_body)
+        self.pool = Pool(target.endpoint, max_body)
 
     # -- the seam -------------------------------------------------------------------------------
 
     async def get(self, kind: Kind, name: str, namespace: str | None = None) -> JsonObject:
-        path = self._path(kind, namespace, name)
+        path = self.path(kind, namespace, name)
         answer = await self._call("get", kind, name, "GET", path)
         if not isinstance(answer, dict):
             async with translated("get", kind.plural, name, self.server):
@@ -101,13 +87,13 @@ class RestApi:
     async def list_versioned(
         self, kind: Kind, field_selector: Mapping[str, str]
     ) -> tuple[builtins.list[JsonObject], str]:
-        query = {"fieldSelector": _selector(field_selector)} if field_selector else {}
+        query = {"fieldSelector": selector(field_selector)} if field_selector else {}
         if self.page_size:
             query["limit"] = str(self.page_size)
         items: builtins.list[JsonObject] = []
         further = False
         while True:  # the server pages only when asked to (limit): follow it if it does
-            path = self._path(kind, None)
+            path = self.path(kind, None)
             page = await self._call("list", kind, None, "GET", path, query=query, further=further)
             if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
                 async with translated("list", kind.plural, None, self.server):
@@ -122,25 +108,25 @@ class RestApi:
 
     async def create(self, kind: Kind, body: JsonObject) -> JsonObject:
         metadata = body["metadata"]
-        path = self._path(kind, metadata.get("namespace"))
+        path = self.path(kind, metadata.get("namespace"))
         query = {"fieldManager": FIELD_MANAGER}
         made: JsonObject = await self._call(
-            "create", kind, metadata.get("name"), "POST", path, query=query, body=_typed(kind, body)
+            "create", kind, metadata.get("name"), "POST", path, query=query, body=typed(kind, body)
         )
         return made
 
     async def replace(self, kind: Kind, body: JsonObject) -> JsonObject:
         metadata = body["metadata"]
-        path = self._path(kind, metadata.get("namespace"), metadata["name"])
+        path = self.path(kind, metadata.get("namespace"), metadata["name"])
         query = {"fieldManager": FIELD_MANAGER}
         replaced: JsonObject = await self._call(
-            "replace", kind, metadata["name"], "PUT", path, query=query, body=_typed(kind, body)
+            "replace", kind, metadata["name"], "PUT", path, query=query, body=typed(kind, body)
         )
         return replaced
 
     async def apply_status(self, kind: Kind, body: JsonObject) -> JsonObject:
         metadata = body["metadata"]
-        path = self._path(kind, metadata.get("namespace"), metadata["name"], "status")
+        path = self.path(kind, metadata.get("namespace"), metadata["name"], "status")
         query = {"fieldManager": FIELD_MANAGER, "force": "true"}
         applied: JsonObject = await self._call(
             "apply",
@@ -155,65 +141,24 @@ class RestApi:
         return applied
 
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
-        await self._call("delete", kind, name, "DELETE", self._path(kind, namespace, name))
+        await self._call("delete", kind, name, "DELETE", self.path(kind, namespace, name))
 
-    async def watch(
+    def watch(
         self, kind: Kind, field_selector: Mapping[str, str], start: WatchStart | None = None
     ) -> AsyncIterator[tuple[str, JsonObject]]:
-        version = start
-        loop = asyncio.get_running_loop()
-        empty = Backoff(*WATCH_BACKOFF, rng=self.rng)  # streams ended at once, in a row
-        further = False
-        async with translated("watch", kind.plural, None, self.server, stream=True):
-            while True:  # a clean end is resumed from the last event seen, as the seam says
-                wait = empty.not_before("watch") - loop.time()
-                if wait > 0:
-                    await pause(wait)
-                if further:
-                    await self._before("watch", kind)
-                further = True
-                began, sent = loop.time(), False
-                # Closed at once when the caller stops reading, not when it is collected: the
-                # stream's connection goes with it.
-                query = self._watch_query(field_selector, version)
-                async with contextlib.aclosing(
-                    self._stream(self._path(kind, None), query, kind)
-                ) as got:
-                    async for event, obj in got:
-                        sent = True
-                        version = obj["metadata"]["resourceVersion"]
-                        if event != "BOOKMARK":  # a bookmark only moves the version on
-                            yield event, obj
-                if sent or loop.time() - began >= WATCH_KEPT:
-                    empty.succeeded("watch")
-                    continue
-                delay = empty.failed("watch", loop.time())
-                if empty.failures("watch") == 3:  # said once per run of them, not each time
-                    log.info("the API server ends each watch of %s at once; asking again "
-                             "after up to %g s", kind.plural, WATCH_BACKOFF[1])  # fmt: skip
-                log.debug("watch of %s ended empty; again in %.1f s", kind.plural, delay)
+        return rest_watch.watch(self, kind, field_selector, start)
 
-    def _watch_query(
-        self, field_selector: Mapping[str, str], version: str | None
-    ) -> dict[str, str]:
-        seconds = self.rng.randint(*WATCH_SECONDS)
-        query = {"watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": str(seconds)}
-        if field_selector:
-            query["fieldSelector"] = _selector(field_selector)
-        if version is not None:
-            query["resourceVersion"] = version
-        return query
-
-    async def _before(self, verb: str, kind: Kind) -> None:
+    async def before(self, verb: str, kind: Kind) -> None:
+        """Announce a request beyond a call's first to ``before_request`` (pacing, counting)."""
         if self.before_request is not None:
             await self.before_request(verb, kind)
 
     async def close(self) -> None:
-        await self._pool.close()
+        await self.pool.close()
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _path(
+    def path(
         self, kind: Kind, namespace: str | None, name: str | None = None, sub: str | None = None
     ) -> str:
         parts = (
@@ -245,9 +190,9 @@ class RestApi:
         payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         async with translated(verb, kind.plural, name, self.server):
             if further:
-                await self._before(verb, kind)
+                await self.before(verb, kind)
             await self.target.authorization.header()  # an exec plugin has a bound of its own
-            async with _bounded():
+            async with bounded():
                 head, data = await self._authorized(verb, kind, method, target, payload=payload,
                                                     content_type=content_type)  # fmt: skip
             if not 200 <= head.status < 300:
@@ -262,11 +207,11 @@ class RestApi:
         used = await self.target.authorization.header()
         answer = await self._exchange(method, target, payload, content_type)
         if answer[0].status == 401 and await self.target.authorization.refresh(used):
-            await self._before(verb, kind)
+            await self.before(verb, kind)
             answer = await self._exchange(method, target, payload, content_type)
         return answer
 
-    async def _headers(self, payload: bytes, content_type: str) -> dict[str, str]:
+    async def headers(self, payload: bytes, content_type: str) -> dict[str, str]:
         headers = {
             "Host": self.target.endpoint.authority,
             "User-Agent": USER_AGENT,
@@ -284,111 +229,8 @@ class RestApi:
     async def _exchange(
         self, method: str, target: str, payload: bytes, content_type: str
     ) -> tuple[Head, bytes]:
-        headers = await self._headers(payload, content_type)
-        return await self._pool.exchange(method, target, headers, payload)
-
-    async def _stream(
-        self, path: str, query: Mapping[str, str], kind: Kind
-    ) -> AsyncGenerator[tuple[str, JsonObject]]:
-        """One watch request's events, until the server ends it; ``Refused`` for a refusal,
-        ``EventError`` for an ERROR event (410: the version is too old)."""
-        target = f"{path}?{urlencode(query)}"
-        silence = WATCH_SILENCE or int(query["timeoutSeconds"]) + WATCH_GRACE
-        used = await self.target.authorization.header()
-        connection, head = await self._open_watch(target)
-        try:
-            if head.status == 401 and await self.target.authorization.refresh(used):
-                self._pool.release_held(connection)
-                await self._before("watch", kind)
-                connection, head = await self._open_watch(target)
-            if head.status != 200:
-                async with _bounded():
-                    raise Refused(head, await connection.body(head))
-            parts = connection.chunks() if head.chunked else _whole(connection, head)
-            events = lines(parts, min(MAX_LINE, self.max_body))
-            while True:
-                try:
-                    async with asyncio.timeout(silence):
-                        line = await anext(events)
-                except StopAsyncIteration:
-                    return
-                except TimeoutError:
-                    raise Silent(f"no event nor end of the watch in {silence:g} s") from None
-                yield _event(line, self.max_body)
-        finally:
-            self._pool.release_held(connection)
-
-    async def _open_watch(self, target: str) -> tuple[Connection, Head]:
-        """A new connection (a watch holds it) with the watch's answer head read."""
-        headers = await self._headers(b"", "")
-        async with _bounded():
-            connection = await self._pool.hold()
-        try:
-            async with _bounded():
-                await connection.send("GET", target, headers, b"")
-                return connection, await connection.head()
-        except BaseException:
-            self._pool.release_held(connection)
-            raise
-
-
-@contextlib.asynccontextmanager
-async def _bounded() -> AsyncIterator[None]:
-    """``REQUEST_TIMEOUT`` for what is inside; ``Silent`` (no answer) when it passes."""
-    try:
-        async with asyncio.timeout(REQUEST_TIMEOUT):
-            yield
-    except TimeoutError:
-        raise Silent(f"no answer within {REQUEST_TIMEOUT:g} s") from None
-
-
-async def _whole(connection: Connection, head: Head) -> AsyncIterator[bytes]:
-    """A watch answered with a body of known length (no proxy we know does): all of it."""
-    async with _bounded():
-        data = await connection.body(head)
-    yield data
-
-
-def decode(data: bytes, limit: int = MAX_BODY) -> Any:
-    """JSON of at most ``limit`` bytes opening at most one object or array per
-    ``MAX_OBJECT_SHARE`` bytes; ValueError (one line) for anything else, a nesting too deep
-    for the parser included."""
-    if len(data) > limit:
-        raise ValueError(f"an answer larger than {limit} bytes")
-    containers = data.count(b"{") + data.count(b"[")  # in strings too: an over-count, safe
-    if containers > max(len(data) // MAX_OBJECT_SHARE, 64):
-        raise ValueError(f"{containers} objects or arrays in {len(data)} bytes, more than an "
-                         "API object has")  # fmt: skip
-    try:
-        return json.loads(data)
-    except RecursionError:
-        raise ValueError("JSON nested deeper than the parser follows") from None
-
-
-def _event(line: bytes, limit: int = MAX_BODY) -> tuple[str, JsonObject]:
-    """(type, object) of a watch line; ``EventError`` for an ERROR event; ValueError,
-    KeyError or TypeError for a line that is no event."""
-    event = decode(line, limit)
-    if not isinstance(event, dict):
-        raise TypeError(f"a watch line of a JSON {type(event).__name__}, not an event")
-    kind, obj = event["type"], event["object"]
-    if not isinstance(kind, str) or not isinstance(obj, dict):
-        raise TypeError(f"a watch event of type {type(kind).__name__}")
-    if kind == "ERROR":
-        raise EventError(obj)
-    metadata = obj.get("metadata")
-    if not isinstance(metadata, dict) or not isinstance(metadata.get("resourceVersion"), str):
-        raise TypeError(f"a {kind} event without metadata.resourceVersion")
-    return kind, obj
-
-
-def _selector(fields: Mapping[str, str]) -> str:
-    return ",".join(f"{name}={value}" for name, value in fields.items())
-
-
-def _typed(kind: Kind, body: JsonObject) -> JsonObject:
-    """``body`` with its apiVersion and kind, which the server requires (filled where unset)."""
-    return {"apiVersion": kind.api_version, "kind": kind.kind, **body}
+        headers = await self.headers(payload, content_type)
+        return await self.pool.exchange(method, target, headers, payload)
 
 
 def connect(kubeconfig: Path | None) -> RestApi:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kae_deviceplugin.apiserver import rest_api
+from kae_deviceplugin.apiserver import rest_watch, rest_wire
 from kae_deviceplugin.apiserver.rest_api import RestApi, connect
 from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kae_deviceplugin.errors import UNREACHABLE
@@ -147,8 +147,8 @@ def test_a_server_that_never_answers_is_a_timeout_not_a_hang(
 ) -> None:
     """A request read and never answered, and a watch whose head came but nothing after: each
     ends in its own bound with an unreachable ApiError saying how long it waited."""
-    monkeypatch.setattr(rest_api, "REQUEST_TIMEOUT", 0.2)
-    monkeypatch.setattr(rest_api, "WATCH_SILENCE", 0.2)
+    monkeypatch.setattr(rest_wire, "REQUEST_TIMEOUT", 0.2)
+    monkeypatch.setattr(rest_watch, "WATCH_SILENCE", 0.2)
     never = asyncio.Event()
 
     async def respond(request: Request, writer: Any) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kae_deviceplugin.apiserver import rest_api
+from kae_deviceplugin.apiserver import rest_watch
 from kae_deviceplugin.apiserver.http1 import MAX_BODY, MAX_LINE
 from kae_deviceplugin.apiserver.paced import PacedApi
 from kae_deviceplugin.apiserver.rest_api import RestApi, connect
@@ -73,7 +73,7 @@ def test_a_watch_ended_at_once_is_asked_again_after_a_growing_capped_wait_each_p
         waits.append(seconds)
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(rest_api, "pause", recorded)
+    monkeypatch.setattr(rest_watch, "pause", recorded)
 
     async def respond(request: Request, writer: Any) -> bool:
         writer.write(WATCH_HEAD + b"0\r\n\r\n")
