@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import ipaddress
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -70,6 +69,8 @@ def _bypassed(no_proxy: str, host: str, port: int) -> bool:
 
 
 def _ip_matches(entry: str, host: str) -> bool:
+    import ipaddress  # noqa: PLC0415 -- only where NO_PROXY is set
+
     try:
         address = ipaddress.ip_address(host)
         return address in ipaddress.ip_network(entry, strict=False)
