@@ -60,12 +60,14 @@ class RestApi:
         *,
         max_body: int = MAX_BODY,
         page_size: int | None = None,
+        max_items: int | None = None,
         before_request: BeforeRequest | None = None,
     ) -> None:
         self.target = target
         self.server = target.server
         self.max_body = max_body
         self.page_size = page_size  # a list asks pages of this many (``limit``), each bounded
+        self.max_items = max_items  # a list that grows past this many objects is refused
         self.before_request = before_request
         self.rng = random.Random()
         self.pool = Pool(target.endpoint, max_body)
@@ -99,6 +101,9 @@ class RestApi:
                 async with translated("list", kind.plural, None, self.server):
                     raise TypeError("a list answer without a list of items")
             items += page.get("items") or []
+            if self.max_items is not None and len(items) > self.max_items:
+                async with translated("list", kind.plural, None, self.server):
+                    raise ValueError(f"more than {self.max_items} objects")
             further = True
             found = page.get("metadata")
             metadata: JsonObject = found if isinstance(found, dict) else {}

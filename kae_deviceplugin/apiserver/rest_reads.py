@@ -25,7 +25,7 @@ from kae_deviceplugin.apiserver.kubeconfig import (
 )
 from kae_deviceplugin.apiserver.rest_api import RestApi, client_for
 from kae_deviceplugin.apiserver.seam import JsonObject, Kind
-from kae_deviceplugin.errors import ApiError, KubeconfigError
+from kae_deviceplugin.errors import KubeconfigError
 
 DEFAULT_KUBECONFIG = Path("~/.kube/config")
 PAGE = 500  # objects a list page asks for
@@ -65,10 +65,7 @@ class RestReads:
     async def list_all(
         self, kind: Kind, field_selector: Mapping[str, str] | None = None
     ) -> list[JsonObject]:
-        items = await self.api.list(kind, field_selector or {})
-        if len(items) > MAX_ITEMS:
-            raise ApiError(f"list {kind.plural} at {self.server}: more than {MAX_ITEMS} objects")
-        return items
+        return await self.api.list(kind, field_selector or {})
 
     async def close(self) -> None:
         await self.api.close()
@@ -121,6 +118,7 @@ def connect_reads(access: Access, environ: Mapping[str, str] | None = None) -> R
     env = os.environ if environ is None else environ
     paths = kubeconfig_paths(access.kubeconfig, env)
     options: dict[str, Any] = {"max_body": MAX_PAGE_BYTES, "page_size": PAGE}
+    options["max_items"] = MAX_ITEMS
     if not paths:
         if access.context is not None:
             raise KubeconfigError(f"--context {access.context}: no kubeconfig file to find it in")

@@ -17,10 +17,13 @@ from typing import Any
 
 import pytest
 
+from kae_deviceplugin.apiserver import rest_reads
+from kae_deviceplugin.apiserver.reads import NODES
+from kae_deviceplugin.errors import ApiError
 from tests.kubectl.cluster import REPO
 from tests.support.apiserver_wire import Request
 from tests.support.http_apiserver import TOKEN, HttpApiServer
-from tests.support.raw_http import serving
+from tests.support.raw_http import json_answer, serving
 
 DEADLINE = 60.0
 SECRET = "s3cret-token-value"
@@ -153,3 +156,34 @@ def test_a_server_that_never_answers_ends_at_the_request_timeout_with_its_cause(
     done, requests = _raw(b"", ("--request-timeout", "2s", "--as", "jane"), tmp_path)
     assert "no complete answer within 2 s (--request-timeout)" in one_line(done)
     assert requests and all(r.headers.get("impersonate-user") == "jane" for r in requests)
+
+
+def test_a_list_without_end_is_refused_past_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that always has another page (continue): the reader stops once past
+    MAX_ITEMS objects (here 2,000) with one line, having asked pages of 500."""
+    monkeypatch.setattr(rest_reads, "MAX_ITEMS", 2000)
+    items = [{"metadata": {"name": f"n{i}", "uid": "u" * 100}} for i in range(500)]
+
+    async def respond(request: Request, writer: Any) -> bool:
+        page = int(request.query.get("continue", "0"))
+        body = {"items": items, "metadata": {"continue": str(page + 1)}}
+        writer.write(json_answer(200, body))
+        return True
+
+    async def main() -> tuple[str, list[Request]]:
+        async with serving(respond) as server:
+            path = written(tmp_path / "config", config(server.url, {"token": SECRET}))
+            reads = rest_reads.connect_reads(rest_reads.Access(path))
+            try:
+                with pytest.raises(ApiError) as caught:
+                    await reads.list_all(NODES)
+            finally:
+                await reads.close()
+            return str(caught.value), [request for _, request in server.requests]
+
+    said, requests = asyncio.run(main())
+    assert said.startswith("list nodes at http://127.0.0.1:") and "\n" not in said
+    assert "more than 2000 objects" in said
+    assert [r.query["limit"] for r in requests] == ["500"] * 5
