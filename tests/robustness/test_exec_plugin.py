@@ -117,6 +117,23 @@ def test_a_plugin_that_hangs_is_killed_and_said_in_one_line(
         os.kill(pid, 0)  # killed and reaped: no such process, not even a zombie
 
 
+def test_a_plugin_is_killed_when_its_caller_gives_up(tmp_path: Path) -> None:
+    """The call waiting for a plugin is cancelled (the daemon stopping): the plugin is killed
+    and reaped before the cancellation completes, none left behind."""
+    command = plugin(tmp_path, "open(f'{out}/pid', 'w').write(str(os.getpid()))\ntime.sleep(600)")
+
+    async def body(client: RestApi, server: RawServer) -> None:
+        call = asyncio.create_task(client.get(NODES, "n1"))
+        while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
+            await asyncio.sleep(0.05)  # polled: the plugin's own file is the only event
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+
+    with_client(tmp_path, exec_user(command), body)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int((tmp_path / "pid").read_text()), 0)
+
+
 def test_a_failing_plugins_stderr_is_quoted_nowhere(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
