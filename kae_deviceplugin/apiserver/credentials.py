@@ -2,18 +2,19 @@
 service account, made into an ``Endpoint`` (with its TLS context) and an ``Authorization``.
 
 What a kubeconfig can say and the driver honours: the cluster's ``server`` (with a path prefix,
-as a proxy serves it), ``certificate-authority`` or its ``-data``, ``insecure-skip-tls-verify``;
-the user's ``token``, ``tokenFile``, ``client-certificate``/``client-key`` or their ``-data``,
-an ``exec`` plugin, ``username``/``password``. A relative file is read beside the kubeconfig, as
-kubectl reads it. A token file (the service account's is rotated by the kubelet) and an exec
-plugin's token are read on first use and again after a 401, never on every request.
-"""
+as a proxy serves it), ``certificate-authority`` or its ``-data``, ``insecure-skip-tls-verify``,
+``tls-server-name``, ``proxy-url`` (else the environment's proxy); the user's ``token``,
+``tokenFile``, ``client-certificate``/``client-key`` or their ``-data``, an ``exec`` plugin
+(``exec_plugin``), ``username``/``password``, ``as``. What it cannot honour is refused when the
+file is loaded (``kubeconfig_fields``). A relative file is read beside the kubeconfig, as
+kubectl reads it. A token file (the service account's is rotated by the kubelet) is read again
+every minute and after a 401; an exec plugin's credential is kept until its expiry or a 401.
+The server's URL keeps no ``user:password@`` for messages."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,7 +29,6 @@ from kae_deviceplugin.apiserver.kubeconfig import SERVICE_ACCOUNT_DIR, redacted
 
 __all__ = ["Authorization", "CredentialError", "Target", "from_kubeconfig", "from_service_account"]
 
-log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import ssl
