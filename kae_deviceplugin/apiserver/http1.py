@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 # The daemon reads a Node, a claim and one node's slices (an object is at most ~1.5 MiB in
 # etcd, a node's pool of 384 devices ~0.5 MiB): 4 MiB holds any of them, and parsing it cannot
-# outgrow the pod's memory (``rest_api`` bounds the objects a body may make too).
+# outgrow the pod's memory (``rest_wire.decode`` bounds the objects a body may make too).
 MAX_BODY = 4 * 1024 * 1024
 MAX_LINE = 2 * 1024 * 1024  # one watch event: an object and its envelope
 HEAD_LIMIT = 256 * 1024  # the stream's line limit: a status line and headers, never a body
@@ -235,8 +235,10 @@ def parse_head(raw: bytes) -> Head:
 
 
 def _length(text: str, limit: int) -> int:
-    if not text.strip().isdigit() or int(text) > limit:
+    if not text.strip().isdigit():
         raise ProtocolError(f"a Content-Length we do not read: {text[:40]!r}")
+    if int(text) > limit:
+        raise ProtocolError(f"a body larger than {limit} bytes (Content-Length {int(text)})")
     return int(text)
 
 
