@@ -10,6 +10,7 @@ stays bounded in memory whatever the server sends.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -33,15 +34,19 @@ MAX_PAGE_BYTES = 32 * 1024 * 1024  # 500 claims or pods of a few KiB each fit ma
 MAX_ITEMS = 100_000  # objects of one kind: past it, the cluster is no cluster this tool reads
 SECTIONS = {"clusters": "cluster", "contexts": "context", "users": "user"}
 FILE_KEYS = ("certificate-authority", "client-certificate", "client-key", "tokenFile")
+CREDENTIALS = ("token", "tokenFile", "exec", "username", "password", "auth-provider")
 
 
 @dataclasses.dataclass(frozen=True)
 class Access:
-    """What the person passed: ``--kubeconfig``, ``--context``, ``--as``."""
+    """What the person passed: ``--kubeconfig``, ``--context``, ``--as``, ``--server``,
+    ``--token``."""
 
     kubeconfig: Path | None = None
     context: str | None = None
     as_user: str | None = None
+    server: str | None = None  # --server: the context's cluster's server instead
+    token: str | None = None  # --token: the context's user's credential instead
 
 
 class RestReads:
@@ -119,7 +124,7 @@ def connect_reads(access: Access, environ: Mapping[str, str] | None = None) -> R
     paths = kubeconfig_paths(access.kubeconfig, env)
     options: dict[str, Any] = {"max_body": MAX_PAGE_BYTES, "page_size": PAGE}
     options["max_items"] = MAX_ITEMS
-    if not paths:
+    if not paths and access.server is None:
         if access.context is not None:
             raise KubeconfigError(f"--context {access.context}: no kubeconfig file to find it in")
         try:
@@ -132,12 +137,50 @@ def connect_reads(access: Access, environ: Mapping[str, str] | None = None) -> R
     else:
         where = paths[0] if len(paths) == 1 else Path(os.pathsep.join(map(str, paths)))
         content = read_kubeconfig(paths[0]) if len(paths) == 1 else merged(paths)
+        if not paths:
+            where, content = Path("--server"), _bare()
+        content = _overridden(content, access)
         content, server = check_kubeconfig(content, where, access.context)
         api = client_for(content, server, where, show_stderr=True, **options)
         namespace = _context_namespace(content)
     if access.as_user:
         api.target = dataclasses.replace(api.target, impersonate=access.as_user)
     return RestReads(api, namespace)
+
+
+def _bare() -> dict[str, Any]:
+    """A kubeconfig of one context for --server (and --token) alone."""
+    return {
+        "current-context": "flags",
+        "contexts": [{"name": "flags", "context": {"cluster": "flags", "user": "flags"}}],
+        "clusters": [{"name": "flags", "cluster": {}}],
+        "users": [{"name": "flags", "user": {}}],
+    }
+
+
+def _overridden(content: dict[str, Any], access: Access) -> dict[str, Any]:
+    """``content`` with --server and --token in the chosen context's cluster and user (as
+    kubectl overrides them: a token replaces the user's other credentials)."""
+    if access.server is None and access.token is None:
+        return content
+    name = access.context or content.get("current-context")
+    found = [e.get("context") for e in content.get("contexts") or []
+             if isinstance(e, Mapping) and e.get("name") == name]  # fmt: skip
+    if not found or not isinstance(found[0], Mapping):
+        return content  # check_kubeconfig says what is missing
+    changed = copy.deepcopy(content)
+    for section, key, field in (("clusters", "cluster", "server"), ("users", "user", "token")):
+        value = access.server if field == "server" else access.token
+        for entry in changed.get(section) or []:
+            if value is None or not isinstance(entry, dict):
+                continue
+            if entry.get("name") == found[0].get(key):
+                held = entry.get(key)
+                kept: dict[str, Any] = dict(held) if isinstance(held, Mapping) else {}
+                if field == "token":
+                    kept = {k: v for k, v in kept.items() if k not in CREDENTIALS}
+                entry[key] = {**kept, field: value}
+    return changed
 
 
 def _context_namespace(config: Mapping[str, Any]) -> str:

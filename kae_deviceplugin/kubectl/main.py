@@ -35,6 +35,7 @@ PROG = "kubectl-kae"
 ENGINE_ORDER = ("hpre", "sec", "zip")
 CANNOT_READ, NO_CEL = 1, 3
 DEADLINE = 60.0  # the whole command, unless --request-timeout says otherwise ("0": none)
+CREDENTIAL_OPTIONS = ("kubeconfig", "context", "as_user", "server", "token")  # Credentials' order
 UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "ms": 0.001}
 
 
@@ -91,16 +92,18 @@ def common(command: Callable[..., None]) -> Callable[..., None]:
                   help="Default: KUBECONFIG (merged), ~/.kube/config, else the pod's.")  # fmt: skip
     @click.option("--context", help="The kubeconfig context (default: its current one).")
     @click.option("--as", "as_user", help="Impersonate this user, as kubectl --as does.")
+    @click.option("--server", help="The API server's URL, instead of the context's.")
+    @click.option("--token", help="A bearer token, instead of the context's credentials.")
     @click.option("-n", "--namespace", help="The namespace (why's pod; default: the context's).")
     @click.option("--request-timeout", default=f"{DEADLINE:g}s", show_default=True,
                   help="The deadline of the whole command (0: none).")  # fmt: skip
     @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
                   show_default=True)  # fmt: skip
     @functools.wraps(command)
-    def wrapped(kubeconfig: Path | None, context: str | None, as_user: str | None,
-                namespace: str | None, request_timeout: str, **kwargs: Any) -> None:  # fmt: skip
-        credentials = Credentials(kubeconfig, context, as_user)
-        command(Access(credentials, namespace, _duration(request_timeout)), **kwargs)
+    def wrapped(**options: Any) -> None:
+        credentials = Credentials(*(options.pop(name) for name in CREDENTIAL_OPTIONS))
+        deadline = _duration(options.pop("request_timeout"))
+        command(Access(credentials, options.pop("namespace"), deadline), **options)
 
     return wrapped
 

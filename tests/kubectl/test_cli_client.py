@@ -187,3 +187,20 @@ def test_a_list_without_end_is_refused_past_its_bound(
     assert said.startswith("list nodes at http://127.0.0.1:") and "\n" not in said
     assert "more than 2000 objects" in said
     assert [r.query["limit"] for r in requests] == ["500"] * 5
+
+
+def test_server_and_token_flags_override_or_replace_the_kubeconfig(tmp_path: Path) -> None:
+    """--server and --token in place of a kubeconfig's cluster URL and exec plugin (which
+    would fail), and with no kubeconfig at all: the server sees the flag's token."""
+    failing = tmp_path / "plugin"
+    failing.write_text(f"#!{sys.executable}\nimport sys\nsys.exit(1)\n")
+    failing.chmod(0o755)
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(failing)}}
+    path = written(tmp_path / "config", config("http://127.0.0.1:1", user))
+    with HttpApiServer() as api:
+        flags = ("--server", api.url, "--token", TOKEN, "-o", "json")
+        overriding = kae("nodes", "--kubeconfig", str(path), *flags)
+        alone = kae("nodes", *flags)
+    for done in (overriding, alone):
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == []
