@@ -29,8 +29,9 @@ class PacedApi:
         self.api = api
         self.bucket = bucket or TokenBucket(RATE, BURST)
         self.requests: Counter[str] = Counter()
-        if isinstance(api, RestApi):  # a call's further requests (pages, re-watches) pay too
-            api.before_request = self._further
+        client = _client_under(api)
+        if client is not None:  # a call's further requests (pages, re-watches) pay too
+            client.before_request = self._further
 
     async def _further(self, verb: str, kind: Kind) -> None:
         await self._token(verb)
@@ -80,3 +81,12 @@ class PacedApi:
 
     async def close(self) -> None:
         await self.api.close()
+
+
+def _client_under(api: object) -> RestApi | None:
+    """The ``RestApi`` under ``api`` and its wrappers (``HintedApi``: each holds ``api``)."""
+    while not isinstance(api, RestApi):
+        api = getattr(api, "api", None)
+        if api is None:
+            return None
+    return api
