@@ -16,7 +16,8 @@
     │   └── CheckpointTooNew    written by a newer daemon in a format this one does not know
     ├── ClaimRefused            a claim the DRA plugin cannot prepare (the reason for the kubelet)
     └── ApiError                the API server refused a call or cannot be reached (its status)
-        └── KubeconfigError     no client: the kubeconfig or service account is unusable (why)
+        ├── KubeconfigError     no client: the kubeconfig or service account is unusable (why)
+        └── RequestBudgetSpent  not sent: this node's request budget for that kind of call is spent
 
 ``ConfigError`` is not an exception: it is one problem inside an ``InvalidConfig``.
 """
@@ -175,6 +176,19 @@ class KubeconfigError(ApiError):
     def __init__(self, message: str, *, code: int = 3) -> None:
         super().__init__(message)
         self.exit_code = code
+
+
+class RequestBudgetSpent(ApiError):
+    """A request this node did not send: its lane of the token bucket already has as many
+    requests queued as may wait (``apiserver.paced``); the caller asks again later."""
+
+
+def cause(err: BaseException) -> str:
+    """An exception as the one-line cause of a refusal, never empty: ``str(TimeoutError())``
+    is "", which once answered the kubelet with an empty error."""
+    if isinstance(err, TimeoutError) and not str(err):
+        return "no answer in time (timed out)"
+    return str(err) or type(err).__name__
 
 
 class CheckpointError(KaeDevicePluginError):

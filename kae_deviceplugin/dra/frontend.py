@@ -17,11 +17,9 @@ retry, and say in ``not_ready`` what they wait for.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 from collections.abc import Coroutine, Mapping
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -30,7 +28,7 @@ import grpc
 from kae_deviceplugin.apiserver.paced import PacedApi
 from kae_deviceplugin.apiserver.seam import RESOURCE_CLAIMS, ApiServer, JsonObject
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.container import safe_fs
+from kae_deviceplugin.container.cdi import check_cdi_dir
 from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.container.runtime_cdi import (
     CONTAINERD_CONFIG,
@@ -62,13 +60,12 @@ from kae_deviceplugin.dra.publisher import TAINTS, SlicePublisher
 from kae_deviceplugin.dra.slice_devices import DeviceOptions, device_name
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.dra.stale_claims import StaleClaimSweeper
-from kae_deviceplugin.errors import StartupError
 from kae_deviceplugin.kubelet.pluginwatcher import (
     RegistrationServicer,
     add_registration,
     registry_dir,
 )
-from kae_deviceplugin.kubelet.sockets import bind_privately, prepare_socket_dir, prepare_socket_path
+from kae_deviceplugin.kubelet.sockets import BoundSockets, prepare_socket_dir
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +90,23 @@ def device_options(
 
 
 class DraFrontEnd:
-    """Publishes the inventory as ResourceSlices and serves the kubelet's DRA calls."""
+    """Publishes the inventory as ResourceSlices and serves the kubelet's DRA calls. ``api``
+    serves the pool (slices, the Node), ``claims_api`` the claims (reads, status, the sweep):
+    a lane of its own, so a burst of claims never delays a health change reaching the slices."""
 
     name = "dra"
 
     def __init__(
-        self, settings: Settings, api: ApiServer, node: str, container_files: ContainerFiles
+        self,
+        settings: Settings,
+        api: ApiServer,
+        node: str,
+        container_files: ContainerFiles,
+        claims_api: ApiServer | None = None,  # the claims' lane, if not ``api`` (``paced``)
     ) -> None:
         self.settings = settings
         self.api = api
+        self.claims_api = api if claims_api is None else claims_api
         self.node = node
         self.container_files = container_files
         self.inventory = Inventory()
@@ -118,11 +123,7 @@ class DraFrontEnd:
         chosen = settings.runtime_config  # else the runtimes' own paths, as the chart mounts them
         self.runtime_configs = (chosen or CONTAINERD_CONFIG, chosen or ISULAD_CONFIG)
         self.publishing = PoolPublishing(
-            api,
-            node,
-            self.plugin_dir,
-            lambda job: SlicePublisher(api, DRIVER, node, self._slices),
-            on_node=self._runtime_from,
+            api, node, self.plugin_dir, self._new_publisher, on_node=self._runtime_from
         )
         # Devices device-plugin pods hold (a node that moved to DRA): a change republishes.
         self.held = DevicePluginHolds(
@@ -140,8 +141,14 @@ class DraFrontEnd:
             refusal=lambda: self.cdi.reason if self.cdi.refused else None,
         )
         self.sweeper = StaleClaimSweeper(self.preparer, self._get_claim)
-        self.status = ClaimStatusWriter(api, DRIVER, lambda: self.inventory, self._prepared)
+        self.status = ClaimStatusWriter(
+            self.claims_api, DRIVER, lambda: self.inventory, self._prepared
+        )
         self._servers: list[grpc.aio.Server] = []
+        self._sockets = BoundSockets()  # only these are removed at exit
+
+    def _new_publisher(self, job: PoolPublishing) -> SlicePublisher:
+        return SlicePublisher(self.api, DRIVER, self.node, self._slices)
 
     def _prepared(self) -> Checkpoint:
         return self.preparer.state
@@ -154,7 +161,7 @@ class DraFrontEnd:
         return ServingPolicy.from_settings(self.settings, self.container_files.problem)
 
     async def _get_claim(self, namespace: str, name: str) -> JsonObject:
-        return await self.api.get(RESOURCE_CLAIMS, name, namespace)
+        return await self.claims_api.get(RESOURCE_CLAIMS, name, namespace)
 
     def _runtime_from(self, node: JsonObject) -> None:
         """A runtime that does not apply CDI devices gets an empty pool and every claim refused
@@ -199,17 +206,7 @@ class DraFrontEnd:
         socket is up: a claim's spec that cannot be written would fail every prepare)."""
         prepare_socket_dir(self.plugin_dir, "plugins")
         prepare_socket_dir(self.registration_socket.parent, "plugins_registry")
-        cdi_dir = self.settings.cdi_dir
-        try:
-            with safe_fs.open_root(cdi_dir):
-                pass
-            if not os.access(cdi_dir, os.W_OK):
-                raise PermissionError(errno.EACCES, "not writable", str(cdi_dir))
-        except OSError as err:
-            raise StartupError(
-                f"--cdi-dir {cdi_dir}: {err.strerror or err}; it must be a directory this "
-                "daemon can write (the container runtime reads claims' CDI specs there)"
-            ) from None
+        check_cdi_dir(self.settings.cdi_dir)
 
     def describe(self) -> str:
         return (
@@ -270,9 +267,8 @@ class DraFrontEnd:
                 (service, self.service_socket),
                 (registration, self.registration_socket),
             ):
-                prepare_socket_path(path)
                 self._servers.append(server)
-                await bind_privately(server, path)
+                await self._sockets.bind(server, path)
             log.info(
                 "serving %s; registration socket %s", self.service_socket, self.registration_socket
             )
@@ -281,17 +277,9 @@ class DraFrontEnd:
             await self.shutdown()
 
     async def shutdown(self) -> None:
-        """Stop serving and remove our sockets; slices, specs and checkpoint stay."""
+        """Stop serving and remove the sockets this process bound; slices, specs and
+        checkpoint stay."""
         servers, self._servers = self._servers, []
         await asyncio.gather(*(s.stop(STOP_GRACE) for s in servers))
-        for path in (self.registration_socket, self.service_socket):
-            _remove_socket(path)
+        self._sockets.remove_all()
         self.registered.discard(DRIVER)
-
-
-def _remove_socket(path: Path) -> None:
-    try:
-        if path.is_socket():
-            path.unlink()
-    except OSError:
-        pass

@@ -43,7 +43,7 @@ from kae_deviceplugin.dra.claims import ClaimRef, allocated_devices
 from kae_deviceplugin.dra.file_lock import FileLock
 from kae_deviceplugin.dra.prepare_times import PrepareTimes
 from kae_deviceplugin.dra.slice_devices import device_name
-from kae_deviceplugin.errors import ClaimRefused
+from kae_deviceplugin.errors import ClaimRefused, RequestBudgetSpent, cause
 
 log = logging.getLogger(__name__)
 
@@ -175,13 +175,8 @@ class ClaimPreparer:
             async with asyncio.timeout(self.claim_timeout):
                 obj = await self.get_claim(claim.namespace, claim.name)
             return allocated_devices(obj, claim, self.pool)
-        except ClaimRefused as err:
-            return err
-        except ValueError as err:
-            return ClaimRefused(str(err))
         except Exception as err:  # the API client's errors are many; each is this claim's
-            log.warning("cannot read claim %s: %s", claim, err)
-            return ClaimRefused(f"cannot read claim {claim}: {err or type(err).__name__}")
+            return _refused(claim, err, self.claim_timeout)
 
     def _write(
         self, claim: ClaimRef, results: Sequence[PreparedDevice], *, require_healthy: bool
@@ -288,3 +283,18 @@ def _results_now(
     if isinstance(found, ClaimRefused):
         raise found
     return found
+
+
+def _refused(claim: ClaimRef, err: Exception, timeout: float) -> ClaimRefused:
+    """Why ``claim`` could not be read, never without a cause; logged where nothing else did."""
+    if isinstance(err, ClaimRefused):
+        return err
+    if isinstance(err, ValueError):
+        return ClaimRefused(str(err))
+    if isinstance(err, TimeoutError):
+        message = f"cannot read claim {claim}: the API server did not answer in {timeout:g} s"
+    else:
+        message = f"cannot read claim {claim}: {cause(err)}"
+    if not isinstance(err, RequestBudgetSpent):  # that one is logged once per spell
+        log.warning("%s", message)
+    return ClaimRefused(message)

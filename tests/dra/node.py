@@ -11,10 +11,10 @@ from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.dra.checkpoint import CheckpointFile
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.prepare import ClaimPreparer
-from kae_deviceplugin.testing.dra_claims import ClaimStore, Result, claim_object
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.dra.inventories import tree_inventory
 from tests.dra.policy import serving_policy
+from tests.support.dra_claims import ClaimStore, Result, claim_object
 
 POOL = "worker-1"
 KIND = "openfuyao.com/kae"

@@ -14,11 +14,11 @@ from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.dra.checkpoint import Checkpoint, CheckpointFile
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.prepare import ClaimAnswer, ClaimPreparer
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
 from kae_deviceplugin.testing.sysfs_builder import set_attribute
 from tests.container.test_cdi import CDI_SCHEMA
 from tests.dra.node import HPRE_0, KIND, POOL, SEC_0, Node, add_claim, build_node
 from tests.dra.policy import serving_policy
+from tests.support.dra_claims import Result, claim_object
 
 
 @pytest.fixture

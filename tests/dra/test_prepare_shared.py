@@ -11,9 +11,9 @@ import pytest
 
 from kae_deviceplugin.dra.claims import ClaimRef, allocated_devices
 from kae_deviceplugin.errors import ClaimRefused
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
 from tests.container.test_cdi import CDI_SCHEMA
 from tests.dra.node import KIND, POOL, Node, add_claim, build_node
+from tests.support.dra_claims import Result, claim_object
 
 ZIP_0 = "zip-0000-75-00-0"  # hisi_zip-4, NUMA node 0
 SHARE_A = "0b8f9a52-1d3c-4e6f-8a7b-9c0d1e2f3a4b"

@@ -10,9 +10,9 @@ import pytest
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.discovery.queues import QueueTotals, queue_totals, vf_shares
 from kae_deviceplugin.discovery.scan import scan
-from kae_deviceplugin.testing.dra_sysfs import set_module_parameter
 from kae_deviceplugin.testing.sysfs_builder import build_tree, set_pci_attribute
 from kae_deviceplugin.testing.sysfs_trees import TREES, kunpeng_pf, vf_of, vf_queues, with_vfs
+from tests.support.dra_sysfs import set_module_parameter
 
 DRIVERS = ("hisi_hpre", "hisi_sec2", "hisi_zip")
 

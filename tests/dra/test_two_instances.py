@@ -21,8 +21,8 @@ from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.prepare import LOCK_NAME
 from kae_deviceplugin.dra.stale_claims import StaleClaimSweeper
 from kae_deviceplugin.errors import ApiError
-from kae_deviceplugin.testing.dra_claims import ClaimNotFound, Result
 from tests.dra.node import HPRE_0, POOL, SEC_0, Node, add_claim, build_node
+from tests.support.dra_claims import ClaimNotFound, Result
 
 DEADLINE = 10.0
 

@@ -15,11 +15,11 @@ import time
 import urllib.request
 import uuid
 
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
-from kae_deviceplugin.testing.dra_kubelet import Claim
 from kae_deviceplugin.testing.sysfs_builder import set_attribute
 from kae_deviceplugin.testing.sysfs_trees import large_tree
 from tests.dra.node import HPRE_0, SEC_0
+from tests.support.dra_claims import Result, claim_object
+from tests.support.dra_kubelet import Claim
 from tests.support.dra_process import (
     NODE,
     DraNode,

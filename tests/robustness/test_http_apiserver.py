@@ -18,8 +18,8 @@ from kae_deviceplugin.apiserver.kubeconfig import load_kubeconfig
 from kae_deviceplugin.apiserver.rest_api import RestApi, connect
 from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kae_deviceplugin.errors import ApiError
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
 from tests.support.api_calls import refused
+from tests.support.dra_claims import Result, claim_object
 from tests.support.http_apiserver import HttpApiServer, write_kubeconfig
 
 DEADLINE = 10.0

@@ -64,6 +64,8 @@ class HttpApiServer:
         self._connections: dict[asyncio.StreamWriter, asyncio.Task[Any]] = {}
         self._frozen_until = 0.0
         self._thawed = asyncio.Event()
+        self._held: set[tuple[str, str]] = set()  # (verb, plural) whose requests wait
+        self._released = asyncio.Event()
         self.errors: list[Exception] = []  # raised while serving: a bug here, not the client's
 
     @property
@@ -140,6 +142,25 @@ class HttpApiServer:
 
         self._loop.call_soon_threadsafe(thawed)
 
+    def hold(self, verb: str, plural: str) -> None:
+        """Accept and read every ``verb`` request of ``plural``, answer none until ``release``;
+        every other request is answered as usual."""
+
+        def held() -> None:
+            self._held.add((verb, plural))
+            self._released.clear()
+
+        self._loop.call_soon_threadsafe(held)
+
+    def release(self) -> None:
+        """Answer the held requests, and hold none from now on."""
+
+        def released() -> None:
+            self._held.clear()
+            self._released.set()
+
+        self._loop.call_soon_threadsafe(released)
+
     # -- what tests seed, read and wait for ---------------------------------------------------
 
     def seed(self, plural: str, obj: JsonObject) -> JsonObject:
@@ -193,6 +214,8 @@ class HttpApiServer:
             call = parse_call(request)
             entry = self.faults.record(call.verb, call.resource.plural, call.name)
             await self._while_frozen()
+            if (call.verb, call.resource.plural) in self._held:
+                await self._released.wait()
             self._admit(request, call)
             if call.verb == "watch":
                 return await self._watch(call, request, reader, writer, entry)

@@ -3,7 +3,7 @@ value the daemon reads as written, with the daemon's own words for a refusal.
 
 Helm checks values.schema.json first and quotes a failed ``pattern`` as it is written, so a
 mistyped log level read ``does not match pattern '(?i)^\\s*(debug|...)\\s*$'``. The schema
-therefore holds only types (:mod:`kae_deviceplugin.config.chart_rules`); this module writes a
+therefore holds only types (:mod:`scripts.chart_tooling.chart_rules`); this module writes a
 table (chart value -> pattern, bounds and the sentence the daemon's rule says) and the template
 that walks ``config``, every ``configs.<name>`` and the chart's other daemon values with it,
 failing with ``config.log.level: "loud" must be one of debug, info, warning, error``.
@@ -15,7 +15,12 @@ import json
 from typing import Any, Final
 
 from kae_deviceplugin.config import rules
-from kae_deviceplugin.config.chart_rules import (
+from kae_deviceplugin.config.file import ENGINE_FILE_RULES, file_rule
+from kae_deviceplugin.config.schema import OPTIONS, OPTIONS_BY_FIELD, Kind
+from kae_deviceplugin.core.engines import ENGINES
+from kae_deviceplugin.core.ids import MAX_SHARES
+from kae_deviceplugin.core.views import FUNCTIONS
+from scripts.chart_tooling.chart_rules import (
     CHART_ONLY,
     CHART_VALUES,
     CONFIG_NAME_MAX,
@@ -23,11 +28,6 @@ from kae_deviceplugin.config.chart_rules import (
     OPTIONAL_VALUES,
     misplaced,
 )
-from kae_deviceplugin.config.file import ENGINE_FILE_RULES, file_rule
-from kae_deviceplugin.config.schema import OPTIONS, OPTIONS_BY_FIELD, Kind
-from kae_deviceplugin.core.engines import ENGINES
-from kae_deviceplugin.core.ids import MAX_SHARES
-from kae_deviceplugin.core.views import FUNCTIONS
 
 Check = dict[str, Any]
 DURATION_TEMPLATE: Final = "kae.rules.duration"

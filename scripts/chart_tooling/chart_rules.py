@@ -8,7 +8,7 @@ writes them; a test proves the checked-in files current).
 
 The work is split in two. ``values.schema.json`` gets each value's type and description (an
 editor shows them, and a wrong type fails there). Spelling and range are judged by a generated
-template (:mod:`kae_deviceplugin.config.chart_checks`), because Helm's schema errors quote the
+template (:mod:`scripts.chart_tooling.chart_checks`), because Helm's schema errors quote the
 raw pattern (``does not match pattern '(?i)^\\s*(debug|...)'``), where the template says what the
 daemon says (``must be one of debug, info, warning, error``); it also adds up a duration such as
 ``59m61s``, which JSON Schema cannot.
