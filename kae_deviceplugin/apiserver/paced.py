@@ -21,6 +21,7 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 
+from kae_deviceplugin.apiserver.rest_api import RestApi
 from kae_deviceplugin.apiserver.seam import ApiServer, JsonObject, Kind, WatchStart
 from kae_deviceplugin.core.backoff import TokenBucket
 from kae_deviceplugin.errors import RequestBudgetSpent
@@ -55,10 +56,19 @@ class PacedApi:
         self.requests: Counter[str] = Counter() if requests is None else requests
         self.refused: Counter[str] = Counter() if refused is None else refused
         self._refusing = False  # to log the start of a refusing spell once, not every request
+        client = _client_under(api)
+        if client is not None and client.before_request is None:
+            # A call's further requests (a list's pages, a watch asked again, a repeat after a
+            # 401) pay too, in the lane of the first PacedApi over the client: the pool's
+            # (slices and their watch), as ``lane`` makes the others.
+            client.before_request = self._further
 
     def lane(self, name: str, bucket_: TokenBucket | None = None) -> PacedApi:
         """The same client and counts with a bucket of its own."""
         return PacedApi(self.api, bucket_, lane=name, requests=self.requests, refused=self.refused)
+
+    async def _further(self, verb: str, kind: Kind) -> None:
+        await self._token(verb)
 
     async def _token(self, verb: str) -> None:
         loop = asyncio.get_running_loop()
@@ -129,3 +139,12 @@ class PacedApi:
 
     async def close(self) -> None:
         await self.api.close()
+
+
+def _client_under(api: object) -> RestApi | None:
+    """The ``RestApi`` under ``api`` and its wrappers (``HintedApi``: each holds ``api``)."""
+    while not isinstance(api, RestApi):
+        api = getattr(api, "api", None)
+        if api is None:
+            return None
+    return api

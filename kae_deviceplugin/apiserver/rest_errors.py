@@ -107,8 +107,11 @@ async def translated(
         raise ApiError(f"{at}: {said}", status=code, reason=reason, **asked) from None
     except CredentialError as err:
         raise ApiError(f"{at}: no credentials: {err}", **asked) from None
+    except ProtocolError as err:  # an answer, but none this client reads (too large, garbled)
+        raise ApiError(f"{at}: no usable answer ({err})", reason=UNREACHABLE,
+                       **asked) from err  # fmt: skip
     # Before ValueError: a certificate refused (SSLCertVerificationError) is both.
-    except (OSError, EOFError, ProtocolError, asyncio.LimitOverrunError) as err:
+    except (OSError, EOFError, asyncio.LimitOverrunError) as err:
         raise ApiError(f"{at}: API server not reachable ({_unreachable(err)})",
                        reason=UNREACHABLE, **asked) from err  # fmt: skip
     except (ValueError, KeyError, TypeError) as err:
