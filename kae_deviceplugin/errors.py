@@ -13,7 +13,8 @@
     ├── RegistrationFailed      the kubelet answered Register with an error
     ├── CheckpointError         the DRA checkpoint cannot be trusted (its path and why)
     │   ├── CheckpointCorrupt   not what this daemon writes: torn by hand, truncated, checksum
-    │   └── CheckpointTooNew    written by a newer daemon in a format this one does not know
+    │   ├── CheckpointTooNew    written by a newer daemon in a format this one does not know
+    │   └── CheckpointUnreadable  there, but not readable as a regular file (a symlink, a FIFO, EIO)
     ├── ClaimRefused            a claim the DRA plugin cannot prepare (the reason for the kubelet)
     └── ApiError                the API server refused a call or cannot be reached (its status)
         └── KubeconfigError     no client: the kubeconfig or service account is unusable (why)
@@ -193,6 +194,12 @@ class CheckpointCorrupt(CheckpointError):
 
 class CheckpointTooNew(CheckpointError):
     """The checkpoint carries a version this daemon does not know (written by a newer one)."""
+
+
+class CheckpointUnreadable(CheckpointError):
+    """The checkpoint (or the directory it lives in) is there but cannot be read as a regular
+    file: a symlink, a FIFO or a directory in its place, a permission or an I/O error. Only an
+    absent file is an empty checkpoint; anything else read as empty would forget every claim."""
 
 
 class ClaimRefused(KaeDevicePluginError):

@@ -4,14 +4,32 @@ The kubelet may ask to unprepare a claim after the claim is gone from the API se
 this daemon restarted, so what Unprepare needs (the claim's CDI spec file) is written here
 before NodePrepareResources answers. The file::
 
-    {"version": 2, "checksum": "<sha256 of the claims>",
+    {"version": 3, "checksum": "<sha256 of everything but version and checksum>",
+     "generation": 41, "forgotten": 12,
      "claims": {"<uid>": {"namespace": "...", "name": "...", "cdiSpec": "<file in the CDI dir>",
                           "devices": [{"request": "...", "pool": "...", "device": "...",
-                                       "shareID": null, "queues": null}]}}}
+                                       "shareID": null, "queues": null}]}},
+     "unprepared": {"<uid>": {"generation": 40, "at": 1765100000}}}
 
 Version 2 added ``queues`` (what a share of a shared device consumed, for the queues-claimed
-metric). A version 1 file is read as version 2 with no queues (no device was shared then) and is
-written as version 2 at the next change.
+metric). Version 3 added what lets two driver instances (a rolling update) agree that an
+unprepare overtook a prepare: ``generation`` counts the writes of the file, and ``unprepared``
+holds a tombstone per claim UID recently unprepared: the generation that recorded it and when
+(seconds since the epoch). A prepare notes the generation before it reads its claims from the
+API server; a tombstone written after that (a higher generation) means the kubelet unprepared
+the claim meanwhile, on either instance, and the prepare records nothing (``prepare.py``).
+Tombstones are pruned when older than ``TOMBSTONE_TTL`` or beyond the newest
+``MAX_TOMBSTONES``; ``forgotten`` is the newest generation pruned, and a prepare that began
+before it cannot be checked, so it is refused (the kubelet asks again). Version 1 and 2 files
+are read as version 3 with generation 0 and no tombstones, and written as version 3 at the next
+change. A downgrade to a version that reads only up to 2 refuses to start on a version 3 file
+(``CheckpointTooNew``, naming the file and the fix); run the newer version again, or remove
+the file once no pod on the node holds a KAE claim. During a rolling update from such a
+version, the older instance, still running, answers its calls with that error once the newer
+one has written the file.
+
+The checksum covers ``claims`` alone in versions 1 and 2, and every key but ``version`` and
+``checksum`` from version 3.
 
 It is replaced by a temporary file that is fsynced, renamed over the old one and followed by an
 fsync of the directory (so the rename itself survives a power cut); a crash at any point leaves
@@ -20,28 +38,43 @@ cut can leave an empty file, which this daemon refuses to start on; without the 
 prepared claim's record can vanish after NodePrepareResources answered, and with it what
 Unprepare and the claims' status need. The claims' CDI specs are not fsynced: they are made
 again from this file (``cdi_claims.write_spec``). Reading refuses anything else with a clear
-error: a file that is not this shape, whose checksum does not match (edited or damaged), or
-whose version is newer than this daemon's (a downgrade must not misread it). A missing file is
-an empty checkpoint. Everything goes through directory descriptors (``container.safe_fs``), so
-a symlink planted as the file is replaced, never followed.
+error: a file that is not this shape, whose checksum does not match (edited or damaged), whose
+JSON nests too deep to parse, or whose version is newer than this daemon's (a downgrade must
+not misread it). Only a missing file is an empty checkpoint: a symlink, a FIFO or a directory
+in its place, or any error reading it (EACCES, EIO), is ``CheckpointUnreadable``, and so is
+the plugin directory turned into a symlink or replaced by another directory since the driver
+started; whoever reads it then changes nothing (no spec removed, no smaller checkpoint
+written). Everything goes through directory descriptors (``container.safe_fs``), so a symlink
+planted as the file is refused by readers and replaced by writers, never followed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kae_deviceplugin.container import safe_fs
-from kae_deviceplugin.errors import CheckpointCorrupt, CheckpointTooNew
+from kae_deviceplugin.errors import CheckpointCorrupt, CheckpointTooNew, CheckpointUnreadable
 
-VERSION = 2  # 1 had no queues: still read (as no queues), written as 2 at the next change
+VERSION = 3  # 2 had no generation and tombstones, 1 no queues either: both still read
 FILE_NAME = "checkpoint.json"
 FILE_MODE = 0o600  # claim names are not for every local user
+# A tombstone must outlive every prepare that could have begun before its unprepare: the
+# kubelet gives a call 45 s, so after ten minutes none is waiting for its answer.
+TOMBSTONE_TTL = 600
+MAX_TOMBSTONES = 4096  # a storm of unprepares keeps the file and the memory bounded
+UNREADABLE_FIX = (
+    "the driver changes nothing until it can read it: put the file back as it was (a regular "
+    "file), or remove it once no pod on this node holds a KAE claim, and restart the driver"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,16 +100,60 @@ class PreparedClaim:
 
 
 @dataclass(frozen=True, slots=True)
+class Tombstone:
+    """A claim UID unprepared: by the write of which generation, and when (epoch seconds)."""
+
+    generation: int
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """Every prepared claim by UID; a value, changed by making a new one."""
+    """Every prepared claim by UID, the file's generation and the recent unprepares; a value,
+    changed by making a new one."""
 
     claims: Mapping[str, PreparedClaim] = field(default_factory=dict)
+    generation: int = 0  # of the file this was read from (0: none, or an older format)
+    unprepared: Mapping[str, Tombstone] = field(default_factory=dict)
+    forgotten: int = 0  # the newest generation of a tombstone pruned
 
     def with_claim(self, claim: PreparedClaim) -> Checkpoint:
-        return Checkpoint({**self.claims, claim.uid: claim})
+        return replace(self, claims={**self.claims, claim.uid: claim})
 
     def without_claim(self, uid: str) -> Checkpoint:
-        return Checkpoint({k: v for k, v in self.claims.items() if k != uid})
+        return replace(self, claims={k: v for k, v in self.claims.items() if k != uid})
+
+    def unprepared_now(self, uids: Iterable[str], now: int) -> Checkpoint:
+        """With a tombstone for each of ``uids`` at the generation the next write records."""
+        stone = Tombstone(self.generation + 1, now)
+        return replace(self, unprepared={**self.unprepared, **dict.fromkeys(uids, stone)})
+
+    def overtaken(self, uid: str, seen: int) -> bool:
+        """Whether a prepare of ``uid`` that read the file at generation ``seen`` before it
+        asked the API server must not record it: an unprepare came since, or one may have
+        come whose tombstone is already pruned."""
+        stone = self.unprepared.get(uid)
+        return seen < self.forgotten or (stone is not None and stone.generation > seen)
+
+    def next_write(self, now: int) -> Checkpoint:
+        """What the next write stores: one generation on, old and surplus tombstones pruned."""
+        kept = dict(
+            sorted(
+                ((uid, s) for uid, s in self.unprepared.items() if s.at > now - TOMBSTONE_TTL),
+                key=lambda item: (item[1].generation, item[0]),
+            )[-MAX_TOMBSTONES:]
+        )
+        dropped = [s.generation for uid, s in self.unprepared.items() if uid not in kept]
+        return replace(
+            self,
+            generation=self.generation + 1,
+            unprepared=kept,
+            forgotten=max([self.forgotten, *dropped]),
+        )
+
+    def same_records(self, other: Checkpoint) -> bool:
+        """The same claims and tombstones (a write would change nothing that matters)."""
+        return self.claims == other.claims and self.unprepared == other.unprepared
 
 
 def claimed_queues(checkpoint: Checkpoint) -> dict[str, int]:
@@ -117,8 +194,16 @@ def _checksum(claims: object) -> str:
 
 def encode(checkpoint: Checkpoint) -> bytes:
     """The file's bytes for ``checkpoint``."""
-    claims = _claims_json(checkpoint)
-    document = {"version": VERSION, "checksum": _checksum(claims), "claims": claims}
+    body = {
+        "generation": checkpoint.generation,
+        "forgotten": checkpoint.forgotten,
+        "claims": _claims_json(checkpoint),
+        "unprepared": {
+            uid: {"generation": s.generation, "at": s.at}
+            for uid, s in sorted(checkpoint.unprepared.items())
+        },
+    }
+    document = {"version": VERSION, "checksum": _checksum(body), **body}
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 
@@ -128,6 +213,8 @@ def decode(data: bytes, where: str) -> Checkpoint:
         document = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointCorrupt(f"{where}: not JSON ({err})") from None
+    except RecursionError:  # nested deeper than the parser's stack: no file this daemon wrote
+        raise CheckpointCorrupt(f"{where}: not JSON (nested too deep to read)") from None
     if not isinstance(document, dict):
         raise CheckpointCorrupt(f"{where}: not a JSON object")
     version = document.get("version")
@@ -139,13 +226,28 @@ def decode(data: bytes, where: str) -> Checkpoint:
             f"(this one reads up to {VERSION}); run that version, or remove the file once no "
             "pod on this node holds a KAE claim"
         )
-    claims = document.get("claims")
-    if document.get("checksum") != _checksum(claims):
+    covered: object = document.get("claims")
+    if version >= 3:
+        covered = {k: v for k, v in document.items() if k not in ("version", "checksum")}
+    if document.get("checksum") != _checksum(covered):
         raise CheckpointCorrupt(f"{where}: checksum mismatch (edited or damaged)")
     try:
-        return Checkpoint({uid: _claim(uid, c) for uid, c in _object(claims).items()})
+        return _checkpoint(document, version)
     except (KeyError, TypeError, ValueError) as err:
-        raise CheckpointCorrupt(f"{where}: unexpected content ({err!r})") from None
+        raise CheckpointCorrupt(f"{where}: unexpected content ({err!r})"[:300]) from None
+
+
+def _checkpoint(document: Mapping[str, Any], version: int) -> Checkpoint:
+    claims = {uid: _claim(uid, c) for uid, c in _object(document["claims"]).items()}
+    if version < 3:
+        return Checkpoint(claims)
+    unprepared = {
+        uid: Tombstone(_whole(s["generation"]), _whole(s["at"]))
+        for uid, s in ((uid, _object(s)) for uid, s in _object(document["unprepared"]).items())
+    }
+    return Checkpoint(
+        claims, _whole(document["generation"]), unprepared, _whole(document["forgotten"])
+    )
 
 
 def _object(value: object) -> dict[str, Any]:
@@ -164,6 +266,12 @@ def _count(value: object) -> int | None:
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
         return value
     raise TypeError(f"expected a count or null, got {value!r}"[:80])
+
+
+def _whole(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise TypeError(f"expected a whole number, got {value!r}"[:80])
 
 
 def _claim(uid: str, raw: object) -> PreparedClaim:
@@ -189,31 +297,93 @@ def _claim(uid: str, raw: object) -> PreparedClaim:
     )
 
 
+def _unreadable(path: Path, err: OSError) -> CheckpointUnreadable:
+    if isinstance(err, safe_fs.UnsafePath):
+        why = str(err)
+    elif isinstance(err, safe_fs.NotRegularFile):
+        why = f"{path}: {err.strerror}"
+    elif err.errno == errno.ELOOP:
+        why = f"{path}: a symlink is in its place"
+    else:
+        why = f"{path}: {err.strerror or err}"
+    return CheckpointUnreadable(f"{why}; {UNREADABLE_FIX}")
+
+
 class CheckpointFile:
-    """The checkpoint file in ``directory`` (the plugin's own directory under the kubelet's)."""
+    """The checkpoint file in ``directory`` (the plugin's own directory under the kubelet's).
+
+    The directory is the one it was when first opened: one replaced since (another directory,
+    or a symlink, at its path) is refused, so records are never read from nor written to a
+    directory the driver did not start with."""
 
     def __init__(self, directory: Path, name: str = FILE_NAME) -> None:
         self.directory = directory
         self.name = name
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the directory
 
     @property
     def path(self) -> Path:
         return self.directory / self.name
 
+    def _same_directory(self, fd: int) -> None:
+        st = os.fstat(fd)
+        identity = (st.st_dev, st.st_ino)
+        if self._identity is None:
+            self._identity = identity
+        elif identity != self._identity:
+            raise CheckpointUnreadable(
+                f"{self.directory}: replaced by another directory while the driver ran; "
+                f"{UNREADABLE_FIX}"
+            )
+
     def load(self) -> Checkpoint:
-        """The checkpoint on disk; empty when there is none. Raises CheckpointError."""
-        with safe_fs.open_root(self.directory) as fd:
-            data = safe_fs.read_file(fd, self.name)
+        """The checkpoint on disk; empty when there is none. Raises CheckpointError (an
+        unreadable file or directory is CheckpointUnreadable, never an empty checkpoint)."""
+        with contextlib.ExitStack() as stack:
+            try:
+                fd = stack.enter_context(safe_fs.open_root(self.directory))
+            except OSError as err:
+                raise _unreadable(self.directory, err) from None
+            self._same_directory(fd)
+            try:
+                data = safe_fs.read_regular_file(fd, self.name)
+            except OSError as err:
+                raise _unreadable(self.path, err) from None
         return Checkpoint() if data is None else decode(data, str(self.path))
+
+    def check(self) -> None:
+        """CheckpointUnreadable when the directory was replaced or is a symlink now, or the
+        file is there but no regular file: what readiness looks at, without reading it."""
+        try:
+            with safe_fs.open_root(self.directory, create=False) as fd:
+                self._same_directory(fd)
+                mode = os.stat(self.name, dir_fd=fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return  # no file (yet): an empty checkpoint; no directory: made at the next write
+        except OSError as err:
+            raise _unreadable(self.path, err) from None
+        if stat.S_ISLNK(mode):
+            raise _unreadable(self.path, OSError(errno.ELOOP, "a symlink"))
+        if not stat.S_ISREG(mode):
+            raise _unreadable(self.path, safe_fs.not_regular(mode))
 
     def read_only(self) -> Checkpoint:
         """The checkpoint for a reader that must change nothing on the node (doctor, list): a
-        missing file or directory is an empty checkpoint and is never created; a symlink in the
-        file's place is refused (ELOOP), not followed. Raises CheckpointError or OSError."""
+        missing file or directory is an empty checkpoint and is never created; a symlink, a
+        FIFO or a directory in the file's place is CheckpointUnreadable (never followed nor
+        waited on). Raises CheckpointError, or OSError for a file it may not read (EACCES)."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(self.path, safe_fs.READ_FLAGS)
         except FileNotFoundError:
             return Checkpoint()
+        except OSError as err:
+            if err.errno != errno.ELOOP:
+                raise
+            raise _unreadable(self.path, err) from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise _unreadable(self.path, safe_fs.not_regular(mode))
         with os.fdopen(fd, "rb") as file:
             return decode(file.read(), str(self.path))
 
@@ -222,6 +392,10 @@ class CheckpointFile:
         caller holds the checkpoint lock, so a temporary file of another writer is a leftover
         of one that died, and goes."""
         with safe_fs.open_root(self.directory) as fd:
+            try:
+                self._same_directory(fd)
+            except CheckpointUnreadable as err:  # an OSError: the caller takes its specs back
+                raise safe_fs.UnsafePath(str(err)) from None
             safe_fs.remove_temporaries(fd, self.name)
             safe_fs.write_file(fd, self.name, encode(checkpoint), mode=FILE_MODE)
             safe_fs.fsync(fd)  # the rename lives in the directory: make it durable too
