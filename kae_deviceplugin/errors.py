@@ -25,7 +25,7 @@
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -143,7 +143,10 @@ class ApiError(KaeDevicePluginError):
     """An API-server call failed: ``status`` is the HTTP status (0 when none was reached).
 
     ``verb`` and ``resource`` (``list``, ``resourceslices``) say what was asked, where the client
-    knows it: a 404 means "no such object" for a get and "no such API" for a list.
+    knows it: a 404 means "no such object" for a get and "no such API" for a list. ``details``
+    is the Status object's ``details`` where the answer had one: a 404 for an object that does
+    not exist names it there (``name``, ``group``, ``kind``: the resource's plural), one for an
+    API the server does not serve names nothing.
     """
 
     def __init__(
@@ -154,12 +157,14 @@ class ApiError(KaeDevicePluginError):
         reason: str = "",
         verb: str = "",
         resource: str = "",
+        details: Mapping[str, object] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason  # the Status object's reason: NotFound, Conflict, AlreadyExists...
         self.verb = verb
         self.resource = resource
+        self.details = details
 
 
 UNREACHABLE = "Unreachable"  # ApiError.reason where no answer came (status 0): no connection

@@ -55,7 +55,10 @@ async def _translated(verb: str, plural: str, name: str | None, server: str) -> 
         response = getattr(err, "response", None)
         status = err.status.to_dict() if hasattr(err.status, "to_dict") else {}
         said, code, reason = status_said(status, response.status_code if response else 0)
-        raise ApiError(f"{at}: {said}", status=code, reason=reason, **asked) from err
+        details = status.get("details") if isinstance(status, Mapping) else None
+        raise ApiError(f"{at}: {said}", status=code, reason=reason,
+                       details=details if isinstance(details, Mapping) else None,
+                       **asked) from err  # fmt: skip
     except httpx2.HTTPStatusError as err:  # an answer that is no Status object (a proxy's page)
         response = err.response
         raise not_a_status(at, response.status_code, response.reason_phrase, asked) from err

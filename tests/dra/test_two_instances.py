@@ -140,42 +140,73 @@ def test_an_unprepare_during_the_claim_read_leaves_nothing_behind(node: Node) ->
     assert not node.spec_path(claim.uid).exists()
 
 
-def _api_get(node: Node, refuse: set[str]) -> Any:
-    """The claim store as the API client answers: 404 for a deleted claim, 503 for ``refuse``."""
+def _api_get(node: Node, refuse: set[str], bare: frozenset[str] = frozenset()) -> Any:
+    """The claim store as the API client answers: a deleted claim is a 404 whose Status names
+    it (as the API server's is), ``refuse`` a 503, ``bare`` a 404 naming nothing (what an API
+    server that does not serve resource.k8s.io/v1 answers)."""
 
     async def get(namespace: str, name: str) -> Mapping[str, Any]:
         if name in refuse:
             raise ApiError("get resourceclaims: unavailable", status=503)
+        if name in bare:
+            raise ApiError("the server could not find the requested resource", status=404,
+                           reason="NotFound", details={})  # fmt: skip
         try:
             return await node.store.get(namespace, name)
         except ClaimNotFound as err:
-            raise ApiError(str(err), status=404, reason="NotFound") from None
+            details = {"name": name, "group": "resource.k8s.io", "kind": "resourceclaims"}
+            raise ApiError(str(err), status=404, reason="NotFound", details=details) from None
 
     return get
 
 
-def test_the_sweep_collects_only_claims_the_api_server_says_are_gone(node: Node) -> None:
-    """Four recorded claims: one deleted (404), one re-created under its name (another UID),
-    one the server does not answer for (503), one alive. The sweep unprepares the first two
-    and keeps the others with their specs; an orphan spec goes too."""
+def test_the_sweep_collects_only_claims_the_api_server_proves_gone(node: Node) -> None:
+    """Eight recorded claims: deleted (a 404 naming it), re-created under its name (another
+    UID), deallocated with no pod reserving it; and kept: a 404 naming nothing (no such API),
+    no answer (503), alive, deallocated but still reserved by a pod, an answer that is some
+    other object. The first sweep collects nothing and says which three it will collect; the
+    second collects those three and keeps the others with their specs; an orphan spec goes."""
     preparer = node.preparer()
-    refs = {
-        name: add_claim(node, name, Result("hpre", HPRE_0, POOL))
-        for name in ("deleted", "recreated", "unknown", "alive")
-    }
+    names = ("deleted", "recreated", "deallocated", "no-api", "unknown", "alive", "reserved",
+             "odd")  # fmt: skip
+    refs = {name: add_claim(node, name, Result("hpre", HPRE_0, POOL)) for name in names}
     asyncio.run(preparer.prepare(list(refs.values())))
     node.store.delete("team-a", "deleted")
     node.store.delete("team-a", "recreated")
     add_claim(node, "recreated", Result("hpre", HPRE_0, POOL))  # a new UID
+    node.store.claims[("team-a", "deallocated")]["status"] = {}
+    node.store.claims[("team-a", "reserved")]["status"] = {
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": "pod-uid"}]
+    }
+    node.store.claims[("team-a", "odd")] = {"kind": "Status", "metadata": {}}
     orphan = node.spec_path("0d1e5e57-aaaa-4bbb-8ccc-000000000000")
     orphan.write_text("{}")
-    sweeper = StaleClaimSweeper(preparer, _api_get(node, {"unknown"}))
-    swept = asyncio.run(sweeper.sweep())
-    gone = {refs["deleted"].uid, refs["recreated"].uid}
-    assert set(swept.claims) == gone
-    assert set(node.checkpoint.load().claims) == {refs["unknown"].uid, refs["alive"].uid}
+    sweeper = StaleClaimSweeper(preparer, _api_get(node, {"unknown"}, frozenset({"no-api"})))
+    gone = {refs["deleted"].uid, refs["recreated"].uid, refs["deallocated"].uid}
+    first = asyncio.run(sweeper.sweep())
+    assert first.claims == () and set(first.pending) == gone
+    assert set(node.checkpoint.load().claims) == {r.uid for r in refs.values()}
     assert not orphan.exists()
+    second = asyncio.run(sweeper.sweep())
+    assert set(second.claims) == gone and second.pending == ()
+    assert set(node.checkpoint.load().claims) == {r.uid for r in refs.values()} - gone
     assert all(node.spec_path(r.uid).exists() == (r.uid not in gone) for r in refs.values())
+
+
+def test_a_claim_seen_alive_between_two_sweeps_is_not_collected(node: Node) -> None:
+    """Proven gone once, then answered for (the API server's answer changed): the verdict is
+    dropped and a later sweep must prove it twice again."""
+    preparer = node.preparer()
+    claim = add_claim(node, "c1", Result("hpre", HPRE_0, POOL))
+    asyncio.run(preparer.prepare([claim]))
+    saved = node.store.claims.pop(("team-a", "c1"))
+    sweeper = StaleClaimSweeper(preparer, _api_get(node, set()))
+    assert asyncio.run(sweeper.sweep()).pending == (claim.uid,)
+    node.store.add(saved)
+    assert asyncio.run(sweeper.sweep()) == asyncio.run(sweeper.sweep())
+    node.store.delete("team-a", "c1")
+    assert asyncio.run(sweeper.sweep()).claims == ()
+    assert asyncio.run(sweeper.sweep()).claims == (claim.uid,)
 
 
 def test_the_sweep_changes_nothing_while_the_api_server_is_away(node: Node) -> None:

@@ -69,7 +69,10 @@ class FakeApiServer:
         self._maybe_fail("get")
         found = self.objects.get(self._key(kind, name, namespace))
         if found is None:
-            raise ApiError(f"{kind.plural}/{name} not found", status=404, reason="NotFound")
+            details = {"name": name, "group": kind.group, "kind": kind.plural}
+            raise ApiError(
+                f"{kind.plural}/{name} not found", status=404, reason="NotFound", details=details
+            )
         return copy.deepcopy(found)
 
     async def list(self, kind: Kind, field_selector: Mapping[str, str]) -> list[JsonObject]:

@@ -189,6 +189,7 @@ class HttpApiServer:
         """Answer one request; whether the connection goes on."""
         headers: dict[str, str] = {}
         entry: RequestRecord | None = None
+        call = None
         try:
             call = parse_call(request)
             entry = self.faults.record(call.verb, call.resource.plural, call.name)
@@ -199,6 +200,8 @@ class HttpApiServer:
             dropped = self.faults.dropped_for(call.resource.plural)
             code, body = apply_call(self.store, call, request, dropped)
         except StatusError as err:
+            if err.details is not None and "kind" in err.details and call is not None:
+                err.details.setdefault("group", call.resource.group)  # as the real server names it
             code, body = err.code, status_object(err)
             if err.retry_after is not None:
                 headers["Retry-After"] = str(err.retry_after)
