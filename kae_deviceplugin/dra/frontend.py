@@ -59,7 +59,7 @@ from kae_deviceplugin.dra.plugin import add_plugin_servicers
 from kae_deviceplugin.dra.pool_publishing import PoolPublishing
 from kae_deviceplugin.dra.prepare import ClaimPreparer
 from kae_deviceplugin.dra.publisher import TAINTS, SlicePublisher
-from kae_deviceplugin.dra.slice_devices import DeviceOptions, device_name
+from kae_deviceplugin.dra.slice_devices import DeviceOptions, device_name, share_limit
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.dra.stale_claims import StaleClaimSweeper
 from kae_deviceplugin.errors import StartupError
@@ -138,6 +138,7 @@ class DraFrontEnd:
             checkpoint=CheckpointFile(self.plugin_dir),  # a damaged one refuses to start
             cdi_dir=settings.cdi_dir,
             refusal=lambda: self.cdi.reason if self.cdi.refused else None,
+            shares=self.share_limits,
         )
         self.sweeper = StaleClaimSweeper(self.preparer, self._get_claim)
         self.status = ClaimStatusWriter(api, DRIVER, lambda: self.inventory, self._prepared)
@@ -177,6 +178,16 @@ class DraFrontEnd:
             options=device_options(self.settings, dropped, self.held.held),
         )
         return list(plan.slices)
+
+    def share_limits(self) -> dict[str, int | str]:
+        """By device name: the queues each shared device publishes for shares, or why it is
+        not shared. Read from the node at each call, so an instance standing by (which builds
+        no slices) checks shares as the publishing one publishes them."""
+        totals = self.queues.update(self.inventory)
+        return {
+            device_name(d): share_limit(d, totals.get(d.pci_address), self.settings.shared_engines)
+            for d in self.inventory
+        }
 
     def shared_queues(self) -> dict[str, QueueShare] | None:
         """Each shared device's queue total and the queues prepared claims consumed of it."""

@@ -21,6 +21,13 @@ tombstone newer than what the prepare saw refuses it (``checkpoint.Checkpoint.ov
 the kubelet's latest word wins, and no record or spec is left behind. The tombstones are pruned
 with every write, so they hold bounded memory and disk however many claims come and go.
 
+A share of a shared device (an allocation result consuming ``queues``, or with a share ID) is
+checked against what this node publishes (``shares``: by device name, the queue capacity of
+each shared device, or why the device is not shared): a share on a device that is not shared
+(its engine not in ``dra.sharedEngines``) or consuming more queues than the device publishes
+(the claim's shares of one device together) is refused, naming the device and the limit.
+Records already in the checkpoint are not checked again: their containers run.
+
 A record is keyed by claim UID, and a UID names one claim: a prepare naming a recorded UID with
 another namespace or name is refused (it never rewrites the record), and an unprepare so named
 leaves the record alone. A checkpoint that cannot be read (``CheckpointUnreadable``) fails the
@@ -52,11 +59,13 @@ from kae_deviceplugin.dra.claims import ClaimRef, allocated_devices
 from kae_deviceplugin.dra.file_lock import FileLock
 from kae_deviceplugin.dra.prepare_times import PrepareTimes
 from kae_deviceplugin.dra.slice_devices import device_name
-from kae_deviceplugin.errors import CheckpointError, ClaimRefused
+from kae_deviceplugin.errors import CheckpointError, ClaimRefused, show
 
 log = logging.getLogger(__name__)
 
 GetClaim = Callable[[str, str], Awaitable[Mapping[str, Any]]]
+# Device name -> the queues it publishes for shares, or why it is not shared.
+ShareLimits = Callable[[], Mapping[str, int | str]]
 CLAIM_READ_TIMEOUT = 30.0  # the kubelet gives the whole call 45 s
 LOCK_TIMEOUT = 10.0  # another instance holds checkpoint.lock for milliseconds, not seconds
 LOCK_NAME = "checkpoint.lock"
@@ -101,6 +110,7 @@ class ClaimPreparer:
         claim_timeout: float = CLAIM_READ_TIMEOUT,
         refusal: Callable[[], str | None] = lambda: None,
         clock: Callable[[], float] = time.time,
+        shares: ShareLimits = lambda: {},
     ) -> None:
         self.pool = pool
         self.inventory = inventory
@@ -111,6 +121,7 @@ class ClaimPreparer:
         self.claim_timeout = claim_timeout
         self.refusal = refusal  # why no claim can be served on this node now (CDI off), if so
         self.clock = clock  # wall time, for the tombstones' age (two instances share it)
+        self.shares = shares
         # What the checkpoint said when last read: for metrics and to skip API reads of claims
         # already prepared; every change reads the file again under the lock.
         self.state: Checkpoint = checkpoint.load()  # a damaged checkpoint refuses to start
@@ -187,7 +198,8 @@ class ClaimPreparer:
             started = times.mark()
             try:
                 results = _results_now(self.state, claim, fetched)
-                answers[claim.uid] = self._write(claim, results, require_healthy=True)[0]
+                new = claim.uid not in self.state.claims
+                answers[claim.uid] = self._write(claim, results, require_healthy=True, new=new)[0]
             except (ClaimRefused, OSError, ValueError) as err:
                 answers[claim.uid] = ClaimAnswer(error=str(err))
                 continue
@@ -215,9 +227,15 @@ class ClaimPreparer:
             return ClaimRefused(f"cannot read claim {claim}: {err or type(err).__name__}")
 
     def _write(
-        self, claim: ClaimRef, results: Sequence[PreparedDevice], *, require_healthy: bool
+        self,
+        claim: ClaimRef,
+        results: Sequence[PreparedDevice],
+        *,
+        require_healthy: bool,
+        new: bool = False,
     ) -> tuple[ClaimAnswer, bool]:
-        """The claim's answer, its spec written first; and whether the spec file changed."""
+        """The claim's answer, its spec written first; and whether the spec file changed. A
+        ``new`` claim (read from the API server, not yet recorded) has its shares checked."""
         if not results:  # nothing of ours in this claim: nothing for the runtime either
             return ClaimAnswer(), False
         if (refusal := self.refusal()) is not None:
@@ -226,6 +244,8 @@ class ClaimPreparer:
         if options.view_problem is not None:
             raise ClaimRefused(f"claim {claim}: {options.view_problem}")
         devices = self._devices(claim, results, require_healthy=require_healthy)
+        if new:
+            self._check_shares(claim, results)
         spec, answer = cdi_claims.claim_spec(claim.uid, results, devices, options)
         changed = cdi_claims.write_spec(self.cdi_dir, claim.uid, spec)
         return ClaimAnswer(devices=answer), changed
@@ -250,6 +270,27 @@ class ClaimPreparer:
         state = state.next_write(int(self.clock()))
         self.checkpoint.save(state)
         return state
+
+    def _check_shares(self, claim: ClaimRef, results: Sequence[PreparedDevice]) -> None:
+        """ClaimRefused for a share on a device not shared here, or more queues of a device
+        than it publishes (this claim's shares of it together)."""
+        limits = self.shares()
+        taken: dict[str, int] = {}
+        for result in results:
+            if result.queues is None and result.share_id is None:
+                continue  # the whole device
+            limit = limits.get(result.device, "it publishes no queues for shares")
+            if isinstance(limit, str):
+                raise ClaimRefused(
+                    f"claim {claim}: device {result.device} is not shared ({limit}), so it "
+                    "takes no share"
+                )
+            taken[result.device] = taken.get(result.device, 0) + (result.queues or 0)
+            if taken[result.device] > limit:
+                raise ClaimRefused(
+                    f"claim {claim}: device {result.device} publishes {limit} queues, and the "
+                    f"claim's shares of it consume {show(taken[result.device])}"
+                )
 
     def _commit(
         self, state: Checkpoint, answers: dict[str, ClaimAnswer], written: list[str]
