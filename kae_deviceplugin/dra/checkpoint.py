@@ -73,7 +73,7 @@ TOMBSTONE_TTL = 600
 MAX_TOMBSTONES = 4096  # a storm of unprepares keeps the file and the memory bounded
 UNREADABLE_FIX = (
     "the driver changes nothing until it can read it: put the file back as it was (a regular "
-    "file), or remove it once no pod on this node holds a KAE claim, and restart the driver"
+    "file), or remove it once no pod on this node holds a KAE claim"
 )
 
 
@@ -332,8 +332,9 @@ class CheckpointFile:
             self._identity = identity
         elif identity != self._identity:
             raise CheckpointUnreadable(
-                f"{self.directory}: replaced by another directory while the driver ran; "
-                f"{UNREADABLE_FIX}"
+                f"{self.directory}: replaced by another directory while the driver ran; the "
+                "driver changes nothing in it: put the original back, or restart the driver "
+                "once no pod on this node holds a KAE claim"
             )
 
     def load(self) -> Checkpoint:

@@ -245,6 +245,9 @@ class DraFrontEnd:
             missing.append("not registered with the kubelet's plugin watcher")
         if self.cdi.refused:
             missing.append(self.cdi.reason)
+        # The checkpoint unreadable, or the plugin directory replaced (a symlink): no call
+        # can be served until someone looks.
+        missing += self.preparer.problems()
         return missing + self.publishing.problems()
 
     async def reconcile(self, inventory: Inventory, settings: Settings) -> None:

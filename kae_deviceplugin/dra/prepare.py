@@ -152,9 +152,11 @@ class ClaimPreparer:
         directory cannot be read, or was replaced (a symlink) since the driver started."""
         try:
             self.checkpoint.check()
+            if self.unreadable is not None:
+                self._load()  # a file put back: ready again without waiting for a call
         except CheckpointError as err:
             return [str(err)]
-        return [self.unreadable] if self.unreadable else []
+        return []
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimAnswer]:
         """An answer for every claim asked, keyed by UID; logs where the time went."""
