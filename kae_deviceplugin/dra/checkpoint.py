@@ -70,7 +70,7 @@ FILE_MODE = 0o600  # claim names are not for every local user
 # A tombstone must outlive every prepare that could have begun before its unprepare: the
 # kubelet gives a call 45 s, so after ten minutes none is waiting for its answer.
 TOMBSTONE_TTL = 600
-MAX_TOMBSTONES = 4096  # a storm of unprepares keeps the file and the memory bounded
+MAX_TOMBSTONES = 1024  # a storm of unprepares keeps the file, its parse and memory bounded
 UNREADABLE_FIX = (
     "the driver changes nothing until it can read it: put the file back as it was (a regular "
     "file), or remove it once no pod on this node holds a KAE claim"
@@ -297,6 +297,14 @@ def _claim(uid: str, raw: object) -> PreparedClaim:
     )
 
 
+def _stat_of(dir_fd: int, name: str) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+
+
 def _unreadable(path: Path, err: OSError) -> CheckpointUnreadable:
     if isinstance(err, safe_fs.UnsafePath):
         why = str(err)
@@ -320,6 +328,7 @@ class CheckpointFile:
         self.directory = directory
         self.name = name
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the directory
+        self._seen: tuple[int, ...] | None = None  # the file's stat at the last load or save
 
     @property
     def path(self) -> Path:
@@ -350,7 +359,19 @@ class CheckpointFile:
                 data = safe_fs.read_regular_file(fd, self.name)
             except OSError as err:
                 raise _unreadable(self.path, err) from None
+            # Stat after the read: a write in between makes it look newer than the data, so
+            # ``unchanged`` can only be wrong towards an older view.
+            self._seen = _stat_of(fd, self.name)
         return Checkpoint() if data is None else decode(data, str(self.path))
+
+    def unchanged(self) -> bool:
+        """Whether the file is as this object last loaded or saved it (no other writer since),
+        by its inode, size and times; False when it cannot tell."""
+        try:
+            with safe_fs.open_root(self.directory, create=False) as fd:
+                return self._seen is not None and _stat_of(fd, self.name) == self._seen
+        except OSError:
+            return False
 
     def check(self) -> None:
         """CheckpointUnreadable when the directory was replaced or is a symlink now, or the
@@ -400,3 +421,4 @@ class CheckpointFile:
             safe_fs.remove_temporaries(fd, self.name)
             safe_fs.write_file(fd, self.name, encode(checkpoint), mode=FILE_MODE)
             safe_fs.fsync(fd)  # the rename lives in the directory: make it durable too
+            self._seen = _stat_of(fd, self.name)

@@ -161,7 +161,10 @@ class ClaimPreparer:
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimAnswer]:
         """An answer for every claim asked, keyed by UID; logs where the time went."""
         times = PrepareTimes()
-        seen = self._load()  # its generation, before the reads an unprepare may overtake
+        # The generation before the reads an unprepare may overtake; the file is parsed again
+        # only when another instance wrote it since (a view older than the file could only
+        # refuse too much, never too little).
+        seen = self.state if self.checkpoint.unchanged() else self._load()
         asked = [c for c in claims if c.uid not in seen.claims]
         fetched = dict(
             zip(
