@@ -114,6 +114,10 @@ class DraFrontEnd:
         self.service_socket = self.plugin_dir / service_name
         self.queues = QueueTotals(settings.sysfs_root)
         self.queue_totals: Mapping[str, int] = {}  # of the last slices built, by PCI address
+        # The same rule over every inventory, on every instance (one standing by builds no
+        # slices): what prepare checks shares against.
+        self.share_queues = QueueTotals(settings.sysfs_root)
+        self.share_totals: Mapping[str, int] = {}
         self.cdi = CdiSupport(None, "not known yet")  # from the Node, once the API answers
         chosen = settings.runtime_config  # else the runtimes' own paths, as the chart mounts them
         self.runtime_configs = (chosen or CONTAINERD_CONFIG, chosen or ISULAD_CONFIG)
@@ -181,11 +185,10 @@ class DraFrontEnd:
 
     def share_limits(self) -> dict[str, int | str]:
         """By device name: the queues each shared device publishes for shares, or why it is
-        not shared. Read from the node at each call, so an instance standing by (which builds
-        no slices) checks shares as the publishing one publishes them."""
-        totals = self.queues.update(self.inventory)
+        not shared (the slices' own rule, over the totals of the last inventory)."""
+        shared, totals = self.settings.shared_engines, self.share_totals
         return {
-            device_name(d): share_limit(d, totals.get(d.pci_address), self.settings.shared_engines)
+            device_name(d): share_limit(d, totals.get(d.pci_address), shared)
             for d in self.inventory
         }
 
@@ -253,6 +256,7 @@ class DraFrontEnd:
     async def reconcile(self, inventory: Inventory, settings: Settings) -> None:
         """The node-wide view first (the claims' CDI specs mount it), then every subscriber."""
         self.inventory, self.settings = inventory, settings
+        self.share_totals = self.share_queues.update(inventory)
         self.container_files.sync(settings, inventory, self.serving_policy().container)
         self.views = build_views(inventory, settings.engines)
         self.inventories.publish(inventory)
