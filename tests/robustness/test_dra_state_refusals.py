@@ -7,6 +7,8 @@ spec removed, no checkpoint rewritten. And shares are checked against what the n
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
 import os
 import uuid
 from collections.abc import Callable
@@ -185,3 +187,35 @@ def test_shares_are_refused_beyond_what_the_daemon_publishes(
         assert "engine hpre is not in dra.sharedEngines" in answers[hpre.uid].error
         assert answers[small.uid].error == ""
         assert not node.spec_path(huge.uid).exists() and not node.spec_path(hpre.uid).exists()
+
+
+def test_an_unprepare_on_the_other_daemon_overtakes_a_prepare_reading_its_claim(
+    api: HttpApiServer, node: DraNode
+) -> None:
+    """Two real daemons on one node (a rollout). The kubelet's prepare reaches the first while
+    the API server holds its claim read; the unprepare of that claim reaches the second and
+    answers. When the read comes back, the first daemon's prepare answers an error and records
+    nothing: no record in the shared checkpoint, no spec."""
+    api.seed_node(NODE)
+    claim = _claim(api, "c1", Result("hpre", HPRE_0, NODE))
+    with (
+        dra_process(node, api, pod_uid="pod-a") as first,
+        dra_process(node, api, pod_uid="pod-b") as second,
+    ):
+        first.register()
+        second.register()
+        assert first.wait_ready() and second.wait_ready(), (first.readyz(), second.readyz())
+        reads = api.faults.count("get", "resourceclaims")
+        api.freeze(DEADLINE * 3)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            prepare = pool.submit(first.prepare, [claim])
+            assert api.wait_for(
+                lambda: api.faults.count("get", "resourceclaims") > reads, DEADLINE
+            ), first.describe()
+            assert second.unprepare([claim]) == {claim.uid: ""}
+            api.thaw()
+            answer = prepare.result(DEADLINE * 3)[claim.uid]
+        assert "unprepared while being read" in answer.error, answer
+        checkpoint = json.loads(_checkpoint(node).read_text())
+        assert checkpoint["claims"] == {} and claim.uid in checkpoint["unprepared"]
+        assert not node.spec_path(claim.uid).exists()
