@@ -55,17 +55,17 @@ from kae_deviceplugin.dra.checkpoint import (
     PreparedClaim,
     PreparedDevice,
 )
+from kae_deviceplugin.dra.claim_checks import check_shares, named_otherwise, other_name
 from kae_deviceplugin.dra.claims import ClaimRef, allocated_devices
 from kae_deviceplugin.dra.file_lock import FileLock
 from kae_deviceplugin.dra.prepare_times import PrepareTimes
 from kae_deviceplugin.dra.slice_devices import device_name
-from kae_deviceplugin.errors import CheckpointError, ClaimRefused, show
+from kae_deviceplugin.errors import CheckpointError, ClaimRefused
 
 log = logging.getLogger(__name__)
 
 GetClaim = Callable[[str, str], Awaitable[Mapping[str, Any]]]
-# Device name -> the queues it publishes for shares, or why it is not shared.
-ShareLimits = Callable[[], Mapping[str, int | str]]
+ShareLimits = Callable[[], Mapping[str, int | str]]  # see claim_checks.check_shares
 CLAIM_READ_TIMEOUT = 30.0  # the kubelet gives the whole call 45 s
 LOCK_TIMEOUT = 10.0  # another instance holds checkpoint.lock for milliseconds, not seconds
 LOCK_NAME = "checkpoint.lock"
@@ -250,7 +250,7 @@ class ClaimPreparer:
             raise ClaimRefused(f"claim {claim}: {options.view_problem}")
         devices = self._devices(claim, results, require_healthy=require_healthy)
         if new:
-            self._check_shares(claim, results)
+            check_shares(claim, results, self.shares())
         spec, answer = cdi_claims.claim_spec(claim.uid, results, devices, options)
         changed = cdi_claims.write_spec(self.cdi_dir, claim.uid, spec)
         return ClaimAnswer(devices=answer), changed
@@ -276,27 +276,6 @@ class ClaimPreparer:
         self.checkpoint.save(state)
         return state
 
-    def _check_shares(self, claim: ClaimRef, results: Sequence[PreparedDevice]) -> None:
-        """ClaimRefused for a share on a device not shared here, or more queues of a device
-        than it publishes (this claim's shares of it together)."""
-        limits = self.shares()
-        taken: dict[str, int] = {}
-        for result in results:
-            if result.queues is None and result.share_id is None:
-                continue  # the whole device
-            limit = limits.get(result.device, "it publishes no queues for shares")
-            if isinstance(limit, str):
-                raise ClaimRefused(
-                    f"claim {claim}: device {result.device} is not shared ({limit}), so it "
-                    "takes no share"
-                )
-            taken[result.device] = taken.get(result.device, 0) + (result.queues or 0)
-            if taken[result.device] > limit:
-                raise ClaimRefused(
-                    f"claim {claim}: device {result.device} publishes {limit} queues, and the "
-                    f"claim's shares of it consume {show(taken[result.device])}"
-                )
-
     def _commit(
         self, state: Checkpoint, answers: dict[str, ClaimAnswer], written: list[str]
     ) -> dict[str, ClaimAnswer]:
@@ -318,10 +297,10 @@ class ClaimPreparer:
         """An error text for every claim asked ("" for success), keyed by UID. Each leaves a
         tombstone, so a prepare of it reading the API server meanwhile records nothing."""
         async with self.locked():
-            others = {c.uid for c in claims if _named_otherwise(self.state, c)}
+            others = {c.uid for c in claims if named_otherwise(self.state, c)}
             for claim in claims:
                 if claim.uid in others:
-                    log.warning("%s: its record stays", _other_name(self.state, claim))
+                    log.warning("%s: its record stays", other_name(self.state, claim))
             mine = [c for c in claims if c.uid not in others]
             recorded = {
                 c.uid: self.state.claims[c.uid].cdi_spec for c in mine if c.uid in self.state.claims
@@ -368,8 +347,8 @@ def _results_now(
     claim: ClaimRef,
     fetched: Mapping[str, tuple[PreparedDevice, ...] | ClaimRefused],
 ) -> tuple[PreparedDevice, ...]:
-    if _named_otherwise(state, claim):  # a UID names one claim: never rewrite its record
-        raise ClaimRefused(_other_name(state, claim))
+    if named_otherwise(state, claim):  # a UID names one claim: never rewrite its record
+        raise ClaimRefused(other_name(state, claim))
     if claim.uid in state.claims:  # prepared before: the checkpoint is the truth
         return state.claims[claim.uid].devices
     found = fetched.get(claim.uid)
@@ -378,19 +357,3 @@ def _results_now(
     if isinstance(found, ClaimRefused):
         raise found
     return found
-
-
-def _named_otherwise(state: Checkpoint, claim: ClaimRef) -> bool:
-    recorded = state.claims.get(claim.uid)
-    return recorded is not None and (recorded.namespace, recorded.name) != (
-        claim.namespace,
-        claim.name,
-    )
-
-
-def _other_name(state: Checkpoint, claim: ClaimRef) -> str:
-    recorded = state.claims[claim.uid]
-    return (
-        f"claim {claim}: its UID {claim.uid} is recorded here for claim "
-        f"{recorded.namespace}/{recorded.name}, and a UID names one claim"
-    )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kae_deviceplugin.dra import checkpoint
+from kae_deviceplugin.dra import checkpoint_format as checkpoint
 from kae_deviceplugin.dra.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -78,7 +78,7 @@ def _edited(data: bytes) -> bytes:
 
 def _reshaped(data: bytes) -> bytes:
     # A wrong shape with a matching checksum: only the shape check can catch it.
-    from kae_deviceplugin.dra import checkpoint
+    from kae_deviceplugin.dra import checkpoint_format as checkpoint
 
     claims = {"u1": {"namespace": "n", "name": 3, "cdiSpec": "s", "devices": []}}
     return json.dumps(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kae_deviceplugin.dra import checkpoint
+from kae_deviceplugin.dra import checkpoint_format as checkpoint
 from kae_deviceplugin.dra.checkpoint import (
     TOMBSTONE_TTL,
     Checkpoint,

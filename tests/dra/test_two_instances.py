@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kae_deviceplugin.dra import checkpoint
+from kae_deviceplugin.dra import checkpoint_format as checkpoint
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.prepare import LOCK_NAME
 from kae_deviceplugin.dra.stale_claims import StaleClaimSweeper
