@@ -39,6 +39,7 @@ from kae_deviceplugin.container.runtime_cdi import (
     runtime_of,
 )
 from kae_deviceplugin.container.serving import ServingPolicy
+from kae_deviceplugin.container.sysfs_view import view_problem
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory, QueueShare
 from kae_deviceplugin.core.views import ResourceView, build_views
@@ -118,6 +119,7 @@ class DraFrontEnd:
         # slices): what prepare checks shares against.
         self.share_queues = QueueTotals(settings.sysfs_root)
         self.share_totals: Mapping[str, int] = {}
+        self._view_written = False  # the view was synced (and is to be looked at again)
         self.cdi = CdiSupport(None, "not known yet")  # from the Node, once the API answers
         chosen = settings.runtime_config  # else the runtimes' own paths, as the chart mounts them
         self.runtime_configs = (chosen or CONTAINERD_CONFIG, chosen or ISULAD_CONFIG)
@@ -156,7 +158,20 @@ class DraFrontEnd:
         return self.publishing.publisher
 
     def serving_policy(self) -> ServingPolicy:
+        self._check_view()
         return ServingPolicy.from_settings(self.settings, self.container_files.problem)
+
+    def _check_view(self) -> None:
+        """The view the claims' specs mount (``<state dir>/uacce-class``), looked at again at
+        each prepare and readiness probe: in DRA mode the scan writes it only when the
+        inventory changes, so a state dir swapped for a symlink meanwhile would go unnoticed
+        and new specs would mount through the link. Found so, it is the view's problem: the
+        scan loop then writes the view again each tick until it can."""
+        if not self._view_written or self.container_files.problem is not None:
+            return
+        if (problem := view_problem(self.settings.state_dir)) is not None:
+            log.error("cannot update the container view or CDI spec: %s", problem)
+            self.container_files.problem = problem
 
     async def _get_claim(self, namespace: str, name: str) -> JsonObject:
         return await self.api.get(RESOURCE_CLAIMS, name, namespace)
@@ -241,6 +256,7 @@ class DraFrontEnd:
         ]
 
     def not_ready(self) -> list[str]:
+        self._check_view()
         missing = []
         if self.container_files.problem is not None:
             missing.append(self.container_files.problem)
@@ -257,7 +273,9 @@ class DraFrontEnd:
         """The node-wide view first (the claims' CDI specs mount it), then every subscriber."""
         self.inventory, self.settings = inventory, settings
         self.share_totals = self.share_queues.update(inventory)
+        self._view_written = False  # no second look while the sync below writes it
         self.container_files.sync(settings, inventory, self.serving_policy().container)
+        self._view_written = settings.container_sysfs_view
         self.views = build_views(inventory, settings.engines)
         self.inventories.publish(inventory)
         self.status.changed()  # a device's health is in its holders' claim status

@@ -219,3 +219,31 @@ def test_an_unprepare_on_the_other_daemon_overtakes_a_prepare_reading_its_claim(
         checkpoint = json.loads(_checkpoint(node).read_text())
         assert checkpoint["claims"] == {} and claim.uid in checkpoint["unprepared"]
         assert not node.spec_path(claim.uid).exists()
+
+
+def test_the_state_dir_swapped_for_a_symlink_is_noticed_before_a_spec_mounts_it(
+    api: HttpApiServer, node: DraNode
+) -> None:
+    """The state dir (whose uacce-class view every claim's spec mounts) moved aside and a
+    symlink to it put at its path, with no inventory change to make the daemon write the view
+    again: /readyz turns 503 naming the symlink, a new claim is refused with it and gets no
+    spec. With the symlink gone, the daemon writes the view again, is ready, and prepares."""
+    api.seed_node(NODE)
+    with dra_process(node, api) as daemon:
+        daemon.register()
+        assert daemon.wait_ready(), daemon.readyz()
+        first = _claim(api, "first", Result("hpre", HPRE_0, NODE))
+        assert daemon.prepare([first])[first.uid].error == ""
+        state = node.workdir / "state"
+        state.rename(node.workdir / "state-moved")
+        state.symlink_to(node.workdir / "state-moved")
+        assert daemon.wait_for(lambda: daemon.readyz()[0] == 503), daemon.readyz()
+        assert str(state) in daemon.readyz()[1] and "symlink" in daemon.readyz()[1]
+        second = _claim(api, "second", Result("sec", SEC_0, NODE))
+        error = daemon.prepare([second])[second.uid].error
+        assert str(state) in error and "symlink" in error, error
+        assert not node.spec_path(second.uid).exists()
+        state.unlink()
+        assert daemon.wait_ready(), daemon.readyz()
+        assert daemon.prepare([second])[second.uid].error == ""
+        assert (state / "uacce-class").is_dir() and not state.is_symlink()
