@@ -58,6 +58,11 @@ __all__ = [
     "encode",
 ]
 
+REPLACED = (
+    "replaced by another directory (or removed) while the driver ran; the driver changes "
+    "nothing in it: put the original back, or restart the driver once no pod on this node "
+    "holds a KAE claim"
+)
 FILE_NAME = "checkpoint.json"
 FILE_MODE = 0o600  # claim names are not for every local user
 UNREADABLE_FIX = (
@@ -109,11 +114,7 @@ class CheckpointFile:
         if self._identity is None:
             self._identity = identity
         elif identity != self._identity:
-            raise CheckpointUnreadable(
-                f"{self.directory}: replaced by another directory while the driver ran; the "
-                "driver changes nothing in it: put the original back, or restart the driver "
-                "once no pod on this node holds a KAE claim"
-            )
+            raise CheckpointUnreadable(f"{self.directory}: {REPLACED}")
 
     def load(self) -> Checkpoint:
         """The checkpoint on disk; empty when there is none. Raises CheckpointError (an
@@ -145,14 +146,22 @@ class CheckpointFile:
     def check(self) -> None:
         """CheckpointUnreadable when the directory was replaced or is a symlink now, or the
         file is there but no regular file: what readiness looks at, without reading it."""
-        try:
-            with safe_fs.open_root(self.directory, create=False) as fd:
-                self._same_directory(fd)
+        with contextlib.ExitStack() as stack:
+            try:
+                fd = stack.enter_context(safe_fs.open_root(self.directory, create=False))
+            except FileNotFoundError:
+                if self._identity is None:
+                    return  # never opened: made at the first write
+                raise CheckpointUnreadable(f"{self.directory}: {REPLACED}") from None
+            except OSError as err:
+                raise _unreadable(self.directory, err) from None
+            self._same_directory(fd)
+            try:
                 mode = os.stat(self.name, dir_fd=fd, follow_symlinks=False).st_mode
-        except FileNotFoundError:
-            return  # no file (yet): an empty checkpoint; no directory: made at the next write
-        except OSError as err:
-            raise _unreadable(self.path, err) from None
+            except FileNotFoundError:
+                return  # no file (yet): an empty checkpoint
+            except OSError as err:
+                raise _unreadable(self.path, err) from None
         if stat.S_ISLNK(mode):
             raise _unreadable(self.path, OSError(errno.ELOOP, "a symlink"))
         if not stat.S_ISREG(mode):

@@ -140,6 +140,8 @@ def test_a_plugin_directory_replaced_while_running_is_refused(tmp_path: Path) ->
         store.save(Checkpoint())
     assert list(directory.iterdir()) == []
     directory.rmdir()
+    with pytest.raises(CheckpointUnreadable, match="or removed"):
+        store.check()
     directory.symlink_to(tmp_path / "moved")
     with pytest.raises(CheckpointUnreadable, match="symlink"):
         store.load()
