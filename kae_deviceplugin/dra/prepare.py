@@ -17,7 +17,7 @@ nothing another instance can change is trusted from memory. A claim unprepared w
 prepare was reading it from the API server is not recorded by that prepare, whichever instance
 the unprepare reached: the prepare notes the checkpoint's generation before it reads, every
 unprepare leaves a tombstone in the checkpoint with the generation of its write, and a
-tombstone newer than what the prepare saw refuses it (``checkpoint.Checkpoint.overtaken``). So
+tombstone newer than what the prepare saw refuses it (``checkpoint_format``). So
 the kubelet's latest word wins, and no record or spec is left behind. The tombstones are pruned
 with every write, so they hold bounded memory and disk however many claims come and go.
 
@@ -25,8 +25,8 @@ A share of a shared device (an allocation result consuming ``queues``, or with a
 checked against what this node publishes (``shares``: by device name, the queue capacity of
 each shared device, or why the device is not shared): a share on a device that is not shared
 (its engine not in ``dra.sharedEngines``) or consuming more queues than the device publishes
-(the claim's shares of one device together) is refused, naming the device and the limit.
-Records already in the checkpoint are not checked again: their containers run.
+(the claim's shares of one device together) is refused, naming the device and the limit
+(``claim_checks``). Records already in the checkpoint are not checked again: their containers run.
 
 A record is keyed by claim UID, and a UID names one claim: a prepare naming a recorded UID with
 another namespace or name is refused (it never rewrites the record), and an unprepare so named
