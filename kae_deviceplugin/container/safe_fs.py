@@ -128,13 +128,9 @@ def open_subdir(
 def read_file(dir_fd: int, name: str) -> bytes | None:
     """The content of the regular file ``name``; None if it is absent, a symlink or not a file."""
     try:
-        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
-    except OSError:
+        return read_regular_file(dir_fd, name)
+    except OSError:  # a symlink, a FIFO or device (never blocked on nor fed from), a directory
         return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None  # a FIFO or device planted here must not block or feed us
-        return handle.read()
 
 
 class NotRegularFile(OSError):
