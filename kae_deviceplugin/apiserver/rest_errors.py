@@ -101,7 +101,10 @@ async def translated(
         if status is None:
             raise not_a_status(at, code, err.head.reason, asked) from None
         said, code, reason = status_said(status, code)
-        raise ApiError(f"{at}: {said}", status=code, reason=reason, **asked) from None
+        details = status.get("details")
+        details = details if isinstance(details, Mapping) else None
+        raise ApiError(f"{at}: {said}", status=code, reason=reason, details=details,
+                       **asked) from None  # fmt: skip
     except EventError as err:  # no HTTP answer of its own: the event's Status says it all
         said, code, reason = status_said(err.status, 0)
         raise ApiError(f"{at}: {said}", status=code, reason=reason, **asked) from None

@@ -37,6 +37,7 @@ from kae_deviceplugin.container.runtime_cdi import (
     runtime_of,
 )
 from kae_deviceplugin.container.serving import ServingPolicy
+from kae_deviceplugin.container.sysfs_view import view_problem
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory, QueueShare
 from kae_deviceplugin.core.views import ResourceView, build_views
@@ -57,7 +58,7 @@ from kae_deviceplugin.dra.plugin import add_plugin_servicers
 from kae_deviceplugin.dra.pool_publishing import PoolPublishing
 from kae_deviceplugin.dra.prepare import ClaimPreparer
 from kae_deviceplugin.dra.publisher import TAINTS, SlicePublisher
-from kae_deviceplugin.dra.slice_devices import DeviceOptions, device_name
+from kae_deviceplugin.dra.slice_devices import DeviceOptions, device_name, share_limit
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.dra.stale_claims import StaleClaimSweeper
 from kae_deviceplugin.kubelet.pluginwatcher import (
@@ -119,6 +120,11 @@ class DraFrontEnd:
         self.service_socket = self.plugin_dir / service_name
         self.queues = QueueTotals(settings.sysfs_root)
         self.queue_totals: Mapping[str, int] = {}  # of the last slices built, by PCI address
+        # The same rule over every inventory, on every instance (one standing by builds no
+        # slices): what prepare checks shares against.
+        self.share_queues = QueueTotals(settings.sysfs_root)
+        self.share_totals: Mapping[str, int] = {}
+        self._view_written = False  # the view was synced (and is to be looked at again)
         self.cdi = CdiSupport(None, "not known yet")  # from the Node, once the API answers
         chosen = settings.runtime_config  # else the runtimes' own paths, as the chart mounts them
         self.runtime_configs = (chosen or CONTAINERD_CONFIG, chosen or ISULAD_CONFIG)
@@ -139,6 +145,7 @@ class DraFrontEnd:
             checkpoint=CheckpointFile(self.plugin_dir),  # a damaged one refuses to start
             cdi_dir=settings.cdi_dir,
             refusal=lambda: self.cdi.reason if self.cdi.refused else None,
+            shares=self.share_limits,
         )
         self.sweeper = StaleClaimSweeper(self.preparer, self._get_claim)
         self.status = ClaimStatusWriter(
@@ -158,7 +165,20 @@ class DraFrontEnd:
         return self.publishing.publisher
 
     def serving_policy(self) -> ServingPolicy:
+        self._check_view()
         return ServingPolicy.from_settings(self.settings, self.container_files.problem)
+
+    def _check_view(self) -> None:
+        """The view the claims' specs mount (``<state dir>/uacce-class``), looked at again at
+        each prepare and readiness probe: in DRA mode the scan writes it only when the
+        inventory changes, so a state dir swapped for a symlink meanwhile would go unnoticed
+        and new specs would mount through the link. Found so, it is the view's problem: the
+        scan loop then writes the view again each tick until it can."""
+        if not self._view_written or self.container_files.problem is not None:
+            return
+        if (problem := view_problem(self.settings.state_dir)) is not None:
+            log.error("cannot update the container view or CDI spec: %s", problem)
+            self.container_files.problem = problem
 
     async def _get_claim(self, namespace: str, name: str) -> JsonObject:
         return await self.claims_api.get(RESOURCE_CLAIMS, name, namespace)
@@ -184,6 +204,15 @@ class DraFrontEnd:
             options=device_options(self.settings, dropped, self.held.held),
         )
         return list(plan.slices)
+
+    def share_limits(self) -> dict[str, int | str]:
+        """By device name: the queues each shared device publishes for shares, or why it is
+        not shared (the slices' own rule, over the totals of the last inventory)."""
+        shared, totals = self.settings.shared_engines, self.share_totals
+        return {
+            device_name(d): share_limit(d, totals.get(d.pci_address), shared)
+            for d in self.inventory
+        }
 
     def shared_queues(self) -> dict[str, QueueShare] | None:
         """Each shared device's queue total and the queues prepared claims consumed of it."""
@@ -224,6 +253,7 @@ class DraFrontEnd:
         ]
 
     def not_ready(self) -> list[str]:
+        self._check_view()
         missing = []
         if self.container_files.problem is not None:
             missing.append(self.container_files.problem)
@@ -231,12 +261,18 @@ class DraFrontEnd:
             missing.append("not registered with the kubelet's plugin watcher")
         if self.cdi.refused:
             missing.append(self.cdi.reason)
+        # The checkpoint unreadable, or the plugin directory replaced (a symlink): no call
+        # can be served until someone looks.
+        missing += self.preparer.problems()
         return missing + self.publishing.problems()
 
     async def reconcile(self, inventory: Inventory, settings: Settings) -> None:
         """The node-wide view first (the claims' CDI specs mount it), then every subscriber."""
         self.inventory, self.settings = inventory, settings
+        self.share_totals = self.share_queues.update(inventory)
+        self._view_written = False  # no second look while the sync below writes it
         self.container_files.sync(settings, inventory, self.serving_policy().container)
+        self._view_written = settings.container_sysfs_view
         self.views = build_views(inventory, settings.engines)
         self.inventories.publish(inventory)
         self.status.changed()  # a device's health is in its holders' claim status

@@ -181,6 +181,20 @@ def _algorithms(device: UacceDevice, room: int, notes: list[str]) -> dict[str, d
     return {name: {"bool": name in listed} for name in names}
 
 
+def share_limit(
+    device: UacceDevice, queues: int | None, shared_engines: frozenset[str]
+) -> int | str:
+    """The queues a device with ``queues`` hardware queues (None: unknown) publishes for
+    shares to consume, or why it publishes none (it is not shared)."""
+    if device.engine not in shared_engines:
+        return f"engine {device.engine} is not in dra.sharedEngines"
+    if queues is None or queues < MIN_SHARED_QUEUES:
+        # The API wants min + step <= the capacity; a device of one queue has nothing to split.
+        known = "unknown" if queues is None else f"{queues}, fewer than {MIN_SHARED_QUEUES}"
+        return f"queue total {known}: not shared"
+    return queues
+
+
 def render_device(
     device: UacceDevice, queues: int | None, options: DeviceOptions
 ) -> RenderedDevice:
@@ -188,12 +202,10 @@ def render_device(
     notes: list[str] = []
     attributes = _described(device)
     capacity: dict[str, dict[str, Any]] = {}
-    shared = device.engine in options.shared_engines
-    if shared and (queues is None or queues < MIN_SHARED_QUEUES):
-        # The API wants min + step <= the capacity; a device of one queue has nothing to split.
-        known = "unknown" if queues is None else f"{queues}, fewer than {MIN_SHARED_QUEUES}"
-        notes.append(f"queue total {known}: not shared")
-        shared = False
+    limit = share_limit(device, queues, options.shared_engines)
+    shared = isinstance(limit, int)
+    if device.engine in options.shared_engines and isinstance(limit, str):
+        notes.append(limit)
     if shared and queues is not None:
         capacity[QUEUES] = {
             "value": format_quantity(queues),

@@ -1,7 +1,7 @@
 """A Kubernetes API server over real HTTP for tests, that misbehaves when told to.
 
 Plain HTTP/1.1 on 127.0.0.1 at a random port, served by an asyncio loop on its own thread, so a
-test (or a daemon in a subprocess, through lightkube) talks to it as to the real one: nodes GET,
+test (or a daemon in a subprocess, through its own client) talks to it as to the real one: nodes GET,
 resourceclaims GET (namespaced), resourceslices LIST / WATCH / GET / POST / PUT / DELETE, with
 Status objects for errors. The objects and watches are ``store`` (apiserver_store), refusals,
 dropped fields and the request log are ``faults`` (apiserver_faults); both may be used from the
@@ -210,6 +210,7 @@ class HttpApiServer:
         """Answer one request; whether the connection goes on."""
         headers: dict[str, str] = {}
         entry: RequestRecord | None = None
+        call = None
         try:
             call = parse_call(request)
             entry = self.faults.record(call.verb, call.resource.plural, call.name)
@@ -222,6 +223,8 @@ class HttpApiServer:
             dropped = self.faults.dropped_for(call.resource.plural)
             code, body = apply_call(self.store, call, request, dropped)
         except StatusError as err:
+            if err.details is not None and "kind" in err.details and call is not None:
+                err.details.setdefault("group", call.resource.group)  # as the real server names it
             code, body = err.code, status_object(err)
             if err.retry_after is not None:
                 headers["Retry-After"] = str(err.retry_after)
