@@ -276,6 +276,15 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "republished",
         rule=rules.optional(rules.path_text),  # an environment value: kept as text
     ),
+    _option(
+        "env.openssl_conf",
+        "env.opensslConf",
+        "boolean",
+        "Set OPENSSL_CONF in containers to a file that includes the image's own OpenSSL "
+        "configuration and turns on the KAE engines' UADK_CMD_ENABLE_<ALG>_ENV, so that they "
+        "size their queues by WD_<ALG>_CTX_NUM (the grant); engines the image lacks are skipped.",
+        "republished",
+    ),
 )
 OPTIONS_BY_FIELD: Final = {option.field: option for option in OPTIONS}
 ENGINE_FIELDS: Final[dict[str, tuple[rules.Rule, str]]] = {
