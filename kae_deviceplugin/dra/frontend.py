@@ -140,7 +140,9 @@ class DraFrontEnd:
             refusal=lambda: self.cdi.reason if self.cdi.refused else None,
         )
         self.sweeper = StaleClaimSweeper(self.preparer, self._get_claim)
-        self.status = ClaimStatusWriter(api, DRIVER, lambda: self.inventory, self._prepared)
+        self.status = ClaimStatusWriter(
+            api, DRIVER, lambda: self.inventory, self._prepared, totals=lambda: self.queue_totals
+        )
         self._servers: list[grpc.aio.Server] = []
 
     def _prepared(self) -> Checkpoint:
