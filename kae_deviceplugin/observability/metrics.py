@@ -177,12 +177,22 @@ def daemon_families(snapshot: Snapshot) -> list[Metric]:
 
 
 def device_families(snapshot: Snapshot) -> list[Metric]:
-    families = [*inventory_families(snapshot.inventory), *daemon_families(snapshot)]
+    # Free queues read once per scrape: the free and in-use series then agree with each other.
+    free = {d.pci_address: read_available_instances(d) for d in snapshot.inventory}
+
+    def queues_of(device: UacceDevice) -> int | None:
+        return free.get(device.pci_address)
+
+    families = [*inventory_families(snapshot.inventory, queues_of), *daemon_families(snapshot)]
     if snapshot.allocations is not None:  # unknown holders: no series rather than a wrong 0
         families.append(allocated_family(snapshot.views, snapshot.allocations))
     if snapshot.queue_book is not None:
         families += queue_families(
-            snapshot.inventory, snapshot.views, snapshot.queue_book, snapshot.allocations
+            snapshot.inventory,
+            snapshot.views,
+            snapshot.queue_book,
+            snapshot.allocations,
+            queues_of,
         )
     if snapshot.api_requests is not None:  # DRA only
         families.append(api_request_family(snapshot.api_requests))
