@@ -12,10 +12,12 @@ from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.core.model import ClaimHold, Inventory, QueueBook
 from kae_deviceplugin.core.views import EngineSettings, build_views
 from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.discovery.queues import QueueTotals
 from kae_deviceplugin.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
 from kae_deviceplugin.dra.frontend import DraFrontEnd
 from kae_deviceplugin.kubelet.podresources import Allocation, Allocations, ClaimDevice
 from kae_deviceplugin.observability.metrics import Snapshot, exposition
+from kae_deviceplugin.testing.dra_sysfs import set_module_parameter
 from kae_deviceplugin.testing.sysfs_builder import set_attribute
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.dra.inventories import tree_inventory
@@ -71,6 +73,24 @@ def test_device_plugin_mode_every_device_has_in_use_and_granted(tmp_path: Path) 
     labels, count = holders["hisi_hpre-2"]
     assert count == 1
     assert (labels["namespace"], labels["pod"], labels["claim"]) == ("shop", "checkout", "")
+
+
+def test_a_vf_s_total_is_its_share_of_the_controller(tmp_path: Path) -> None:
+    """Totals as the front ends book them (QueueTotals): with pf_q_num 256 and two VFs per PF,
+    a VF's total is 384 (the driver's split), so a pod holding hisi_hpre-10 with 380 free has 4
+    in use of the 384 granted, and the PF keeps its 256."""
+    TREES["kunpeng920-2p-vfs"].build(tmp_path)
+    for driver in ("hisi_hpre", "hisi_sec2", "hisi_zip"):
+        set_module_parameter(tmp_path, driver, "pf_q_num", "256")
+    set_attribute(tmp_path, "hisi_hpre-10", "available_instances", "380")
+    inventory = tree_inventory(tmp_path)
+    book = QueueBook(QueueTotals(tmp_path / "sys").update(inventory))
+    views = build_views(inventory, {})
+    held = Allocations((Allocation(HPRE, "0000:79:00.1", "shop", "checkout", "tls"),))
+    snapshot = Snapshot(inventory, views, frozenset(views), held, book)
+    assert values(snapshot, IN_USE)["hisi_hpre-10"] == 4
+    assert values(snapshot, CLAIMED)["hisi_hpre-10"] == 384
+    assert (book.totals["0000:79:00.0"], book.totals["0000:79:00.2"]) == (256, 384)
 
 
 def test_unknown_holders_leave_granted_absent_but_in_use_shown(tmp_path: Path) -> None:
