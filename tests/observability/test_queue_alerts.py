@@ -8,7 +8,9 @@ sysfs tree as a real device's moves when processes open and close queues.
   phase; nothing else fires.
 * DRA mode (``serve --mode dra`` as a process, an HTTP API server, two shares of 8 and 16 of a
   shared ZIP prepared over the kubelet's DRA socket): 20 queues open is within the grants,
-  30 is more; KaeDeviceQueuesOverGrant fires for the second only.
+  30 is more; KaeDeviceQueuesOverGrant fires for the second only. An exclusive HPRE claim whose
+  pod the kubelet's pod-resources API reports (emulated on its socket) opens nothing:
+  KaeDeviceGrantUnused names the pod and the claim.
 
 Each scrape becomes a phase of promtool's input series, labelled with the scrape target's
 ``instance`` and ``job`` as Prometheus adds them (``honor_labels`` keeps ours). Skipped without
@@ -31,9 +33,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
+from kae_deviceplugin.testing.dra_claims import DRIVER, Result, claim_object
 from kae_deviceplugin.testing.dra_kubelet import Claim
-from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator
+from kae_deviceplugin.testing.podresources_emulator import ClaimDevices, PodResourcesEmulator
 from kae_deviceplugin.testing.sysfs_builder import set_attribute
 from tests.deploy.test_deploy import CHART, helm_run
 from tests.support.dra_process import NODE, DraProcess, device_names, dra_node, dra_process
@@ -179,6 +181,7 @@ def test_device_plugin_grant_unused_fires_for_an_idle_pod_only(tmp_path: Path) -
 
 
 ZIP = "zip-0000-b5-00-0"  # hisi_zip-5 of kunpeng920-2p
+HPRE_DEVICE = "hpre-0000-79-00-0"  # hisi_hpre-2
 
 
 def shared_scrape(dra: DraProcess, in_use: int) -> str:
@@ -196,36 +199,58 @@ def shared_scrape(dra: DraProcess, in_use: int) -> str:
 def test_dra_queues_over_grant_fires_only_above_the_sum_of_shares(tmp_path: Path) -> None:
     """Two claims share hisi_zip-5 (8 + 16 = 24 granted). Nothing open for 20 minutes: only
     KaeDeviceGrantUnused, with no pod named (two holders); 20 open (within the grants): silent;
-    30 open: KaeDeviceQueuesOverGrant at 5 minutes into it, with the figure."""
+    30 open: KaeDeviceQueuesOverGrant at 5 minutes into it, with the figure. An exclusive claim
+    on hisi_hpre-2 whose pod the kubelet reports (pod-resources, on its socket) and which opens
+    nothing: KaeDeviceGrantUnused from 10 minutes on, naming the pod and the claim."""
     rules, _ = chart_rules(tmp_path, "dra.enabled=true")
     with HttpApiServer() as api:
         api.seed_node(NODE)
         refs = []
-        for name, queues in (("a", "8"), ("b", "16")):
-            share = Result("zip", ZIP, NODE, share_id=str(uuid.uuid4()), consumed_queues=queues)
-            claim = api.seed("resourceclaims", claim_object("etl", name, [share]))
-            refs.append(Claim("etl", name, claim["metadata"]["uid"]))
+        results = [
+            (name, Result("zip", ZIP, NODE, share_id=str(uuid.uuid4()), consumed_queues=queues))
+            for name, queues in (("a", "8"), ("b", "16"))
+        ]
+        for namespace, name, result in [
+            *(("etl", n, r) for n, r in results),
+            ("shop", "tls", Result("hpre", HPRE_DEVICE, NODE)),
+        ]:
+            claim = api.seed("resourceclaims", claim_object(namespace, name, [result]))
+            refs.append(Claim(namespace, name, claim["metadata"]["uid"]))
         with (
             dra_node("kunpeng920-2p") as node,
+            PodResourcesEmulator(node.kubelet_root / "pod-resources" / "kubelet.sock") as pods,
             dra_process(node, api, args=["--shared-engines", "zip"]) as dra,
         ):
+            pods.set_pods(
+                [], [ClaimDevices("shop", "checkout", "tls", "shop", "tls", DRIVER, NODE,
+                                  [HPRE_DEVICE])]
+            )  # fmt: skip
             dra.register()
             assert api.wait_for(lambda: ZIP in device_names(api.slices()), 10), dra.describe()
             assert all(p.error == "" for p in dra.prepare(refs).values())
             phases = [shared_scrape(dra, n) for n in (0, 20, 30)]
     assert device_value(phases[0], "kae_device_queues_claimed", "hisi_zip-5") == 24
+    assert device_value(phases[0], "kae_device_queues_claimed", "hisi_hpre-2") == 256
     device = {"engine": "zip", "device": "hisi_zip-5", "pci_address": "0000:b5:00.0"}
+    hpre = {"engine": "hpre", "device": "hisi_hpre-2", "pci_address": "0000:79:00.0"}
+    idle = firing(
+        rules, "KaeDeviceGrantUnused",
+        "KAE device hisi_hpre-2 is held by shop/checkout but no queue of it is open",
+        namespace="shop", pod="checkout", claim="tls", **hpre,
+    )  # fmt: skip
     unused = "KAE device hisi_zip-5 is held but no queue of it is open"
     over = "KAE device hisi_zip-5 has 30 queues open, more than its holders were granted"
-    fired = {
-        ("KaeDeviceGrantUnused", "15m"): [firing(rules, "KaeDeviceGrantUnused", unused, **device)],
-        ("KaeDeviceQueuesOverGrant", "45m"): [
-            firing(rules, "KaeDeviceQueuesOverGrant", over, **device)
-        ],
-        ("KaeDeviceQueuesOverGrant", "55m"): [
-            firing(rules, "KaeDeviceQueuesOverGrant", over, **device)
-        ],
+    fired: dict[tuple[str, str], list[dict[str, Any]]] = {
+        ("KaeDeviceGrantUnused", f"{m}m"): [idle] for m in (25, 35, 45, 55)
     }
+    fired[("KaeDeviceGrantUnused", "15m")] = [
+        idle,
+        firing(rules, "KaeDeviceGrantUnused", unused, **device),
+    ]
+    for when in ("45m", "55m"):
+        fired[("KaeDeviceQueuesOverGrant", when)] = [
+            firing(rules, "KaeDeviceQueuesOverGrant", over, **device)
+        ]
     promtool_test(
         tmp_path,
         rules,
