@@ -170,7 +170,10 @@ class DraFrontEnd:
     ) -> list[JsonObject]:
         if self.cdi.refused:  # no claim could reach its container: offer none
             inventory = Inventory()
-        self.queue_totals = self.queues.update(inventory)
+        totals = self.queues.update(inventory)
+        if totals != self.queue_totals:  # the claims' status data names them
+            self.queue_totals = totals
+            self.status.changed()
         plan = build_slices(
             inventory,
             NodeRef(self.node, self.publishing.node_uid),

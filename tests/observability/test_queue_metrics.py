@@ -147,7 +147,8 @@ def test_dra_mode_grants_are_the_function_or_the_sum_of_shares(tmp_path: Path) -
 def test_the_dra_front_end_books_each_claim_on_its_device(tmp_path: Path) -> None:
     """Two prepared shares of one ZIP (8 and 16 queues) and an exclusive claim on another
     device are booked on their PCI addresses, the exclusive one as the whole function (None);
-    every device's total is the one the slices published (256)."""
+    every device's total is the one the slices published (256), and learning the totals wakes
+    the claim status writer (the data names them)."""
     TREES["kunpeng920-2p"].build(tmp_path / "tree")
     inventory = tree_inventory(tmp_path / "tree")
     settings = Settings(
@@ -158,7 +159,9 @@ def test_the_dra_front_end_books_each_claim_on_its_device(tmp_path: Path) -> Non
     )
     front = DraFrontEnd(settings, FakeApiServer(), "worker-1", ContainerFiles())
     front.inventory = inventory
+    front.status._wake.clear()
     front._slices(inventory, 1, frozenset())  # what the publisher calls: it learns the queue totals
+    assert front.status._wake.is_set()  # new totals: the claims' status data is written again
     shares = {
         uid: PreparedClaim(
             uid, "team-a", uid, (PreparedDevice("z", "worker-1", ZIP_0, uid, n),), "s"
