@@ -53,6 +53,7 @@ class EnvSettings:
 
     uadk_numa_hint: bool = False  # set WD_<ALG>_CTX_NUM for the allocated device's NUMA node
     openssl_engines: str | None = None  # value of OPENSSL_ENGINES; None leaves it unset
+    openssl_conf: bool = False  # OPENSSL_CONF: the image's config plus the engines' grant switches
 
 
 def _default_engines() -> Mapping[str, EngineSettings]:

@@ -17,7 +17,9 @@ MAX_IDS_PER_REQUEST = 1024
 
 def require_view(resource: str, options: ContainerOptions) -> None:
     """Refuse to hand out a view of /sys/class/uacce (or CDI spec) that could not be written."""
-    if options.view_problem is not None and (options.sysfs_view or options.cdi):
+    if options.view_problem is not None and (
+        options.sysfs_view or options.cdi or options.openssl_conf
+    ):
         raise AllocationError("FAILED_PRECONDITION", f"{resource}: {options.view_problem}")
 
 

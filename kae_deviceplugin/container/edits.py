@@ -21,7 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kae_deviceplugin.container import openssl_conf
 from kae_deviceplugin.container.cdi import qualified_name
+from kae_deviceplugin.container.openssl_conf import conf_dir
 from kae_deviceplugin.container.sysfs_view import CONTAINER_CLASS_DIR, container_pci_dir, view_dir
 from kae_deviceplugin.container.uadk import uadk_numa_env
 from kae_deviceplugin.core.engines import ENGINES_BY_NAME
@@ -39,6 +41,7 @@ class ContainerOptions:
     sysfs_view: bool = True
     uadk_numa_hint: bool = False
     openssl_engines: str | None = None
+    openssl_conf: bool = False  # OPENSSL_CONF and its file's directory (container.openssl_conf)
     cdi: bool = False
     host_sysfs_root: Path | None = None  # the host's name for sysfs_root; None: the same
     dev_root: Path = Path("/dev")  # where the daemon sees the device nodes
@@ -142,4 +145,7 @@ def container_edits(
         env += sorted(uadk_numa_env(devices).items())
     if options.openssl_engines:
         env.append(("OPENSSL_ENGINES", options.openssl_engines))
+    if options.openssl_conf:  # the same node-wide file for every container: mounted read-only
+        mounts.append(BindMount(openssl_conf.CONTAINER_DIR, str(conf_dir(options.state_dir))))
+        env.append(("OPENSSL_CONF", openssl_conf.CONTAINER_FILE))
     return ContainerEdits(tuple(nodes), tuple(mounts), tuple(env), cdi_names)

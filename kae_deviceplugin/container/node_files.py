@@ -1,4 +1,5 @@
-"""The node-wide files that Allocate answers point at: the container sysfs view and the CDI spec.
+"""The node-wide files that Allocate answers point at: the container sysfs view, the CDI spec and
+(``env.opensslConf``) the OpenSSL configuration.
 
 Written on every reconcile before the kubelet hears of a change, so that an answer never names a
 link or spec entry that does not exist yet. That ordering is why this writer is called by the
@@ -14,6 +15,7 @@ import logging
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container import cdi
 from kae_deviceplugin.container.edits import ContainerOptions, device_edits
+from kae_deviceplugin.container.openssl_conf import write_conf
 from kae_deviceplugin.container.sysfs_view import sync_view
 from kae_deviceplugin.core.model import Inventory
 
@@ -30,6 +32,8 @@ class ContainerFiles:
         try:
             if settings.container_sysfs_view:
                 sync_view(settings.state_dir, inventory.devices)
+            if settings.env.openssl_conf:
+                write_conf(settings.state_dir)
             if settings.cdi:
                 entries = (cdi.device_entry(d, device_edits(d, options)) for d in inventory)
                 cdi.write_spec(settings.cdi_dir, cdi.build_spec(entries))

@@ -30,6 +30,7 @@ class ServingPolicy:
                 sysfs_view=s.container_sysfs_view,
                 uadk_numa_hint=s.env.uadk_numa_hint,
                 openssl_engines=s.env.openssl_engines,
+                openssl_conf=s.env.openssl_conf,
                 cdi=s.cdi and runtime_cdi,
                 host_sysfs_root=s.host_sysfs_root,
                 dev_root=s.dev_root,

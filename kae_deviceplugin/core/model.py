@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -87,10 +87,20 @@ class Inventory:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueShare:
-    """A shared device's queues (DRA consumable capacity): its hardware total and how many the
-    prepared claims took. The kernel does not enforce the split; the metrics set the queues in
-    use against ``claimed``."""
+class ClaimHold:
+    """A prepared DRA claim's hold on a device: the claim, and the queues it was granted (the
+    share of a shared device; None: the whole function, an exclusive device)."""
 
-    total: int
-    claimed: int
+    namespace: str
+    claim: str
+    queues: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueBook:
+    """What a front end knows of its devices' queues, by PCI address: each function's hardware
+    total, and (DRA; None in device-plugin mode) the claims prepared on it. The metrics set the
+    queues in use (the total less ``available_instances``) against the queues granted."""
+
+    totals: Mapping[str, int] = field(default_factory=dict)
+    claims: Mapping[str, tuple[ClaimHold, ...]] | None = None

@@ -16,7 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.engines import DRA_DRIVER
-from kae_deviceplugin.core.model import Inventory, QueueShare
+from kae_deviceplugin.core.model import Inventory, QueueBook
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.daemon.roots import signal_handlers, supervise
@@ -41,7 +41,7 @@ class FrontEnd(Protocol):
     def describe(self) -> str: ...
     def root_tasks(self) -> list[Coroutine[Any, Any, None]]: ...
     def not_ready(self) -> list[str]: ...
-    def shared_queues(self) -> Mapping[str, QueueShare] | None: ...
+    def queue_book(self) -> QueueBook: ...
     def api_requests(self) -> Mapping[str, int] | None: ...
     async def shutdown(self) -> None: ...
 
@@ -123,9 +123,9 @@ class Daemon(Generic[F]):
     def not_ready(self) -> list[str]:
         return self.front.not_ready()
 
-    def shared_queues(self) -> Mapping[str, QueueShare] | None:
-        """Shared devices' queues by PCI address (DRA), None where nothing is shared."""
-        return self.front.shared_queues()
+    def queue_book(self) -> QueueBook:
+        """Each device's queue total, and in DRA mode the claims prepared on it."""
+        return self.front.queue_book()
 
     def api_requests(self) -> Mapping[str, int] | None:
         """API server requests sent, by verb (DRA); None where there is no API client."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,14 @@ from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.container.runtime_cdi import config_paths, from_configs
 from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.core.broadcast import LatestValue
-from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.core.model import Inventory, QueueBook
 from kae_deviceplugin.core.views import ResourceView, build_views
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.deviceplugin.dra_holds import DraClaimHolds
 from kae_deviceplugin.deviceplugin.kubelet_watch import KubeletWatch
 from kae_deviceplugin.deviceplugin.registrars import Registrar
 from kae_deviceplugin.deviceplugin.server_set import ServerSet
+from kae_deviceplugin.discovery.queues import QueueTotals
 from kae_deviceplugin.kubelet.podresources_poll import Holders
 from kae_deviceplugin.kubelet.sockets import prepare_socket_dir
 
@@ -69,6 +70,8 @@ class DevicePluginFrontEnd:
             settings.effective_pod_resources_socket, settings.kubelet_root, self.withhold
         )
         self._reconciled = False
+        self.queues = QueueTotals(settings.sysfs_root)
+        self.queue_totals: Mapping[str, int] = {}  # by PCI address, for the queue metrics
         self._runtime_cdi: tuple[Path | None, bool] | None = None  # (config read, applies)
 
     @property
@@ -134,9 +137,10 @@ class DevicePluginFrontEnd:
         ]
         return [f"{r} not registered or not streaming" for r in waiting]
 
-    def shared_queues(self) -> None:
-        """Devices are never shared by queues in this mode: no queue metrics."""
-        return None
+    def queue_book(self) -> QueueBook:
+        """Each device's queue total; who holds a device is the kubelet's pod-resources answer
+        (an allocation here grants the whole function), read by the metrics themselves."""
+        return QueueBook(self.queue_totals)
 
     def api_requests(self) -> None:
         """No API client in this mode: no request metrics."""
@@ -146,6 +150,7 @@ class DevicePluginFrontEnd:
         """Bring servers and their published views in line with the inventory and settings."""
         async with self.server_set.lock:  # never interleave with a restart
             self.inventory, self.settings = inventory, settings
+            self.queue_totals = self.queues.update(inventory)
             # Written before the kubelet hears of a change: an answer never names a missing file.
             self.container_files.sync(settings, inventory, self.serving_policy().container)
             views = build_views(inventory, settings.engines, self.dra_holds.held)

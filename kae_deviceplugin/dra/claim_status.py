@@ -2,10 +2,15 @@
 
 ``kubectl get resourceclaim -o yaml`` then shows which KAE function a claim got and whether it
 is healthy, without reading slices: per device, ``data`` holds the device's facts (engine, uacce
-name, NUMA node, PCI address, the queues of a share), and two conditions: ``Ready`` (prepared:
-its CDI spec is written, as the API asks of a driver) and ``Healthy``, kept current as the
-device changes, with the reasons of an unhealthy one. A condition's ``lastTransitionTime``
-moves only when its status does, so a re-write for another device's change keeps it.
+name, NUMA node, PCI address), the queues granted (``queues``: a share's, or the whole function
+for an exclusive device) with the function's total (``queuesTotal``), and two conditions:
+``Ready`` (prepared: its CDI spec is written, as the API asks of a driver) and ``Healthy``, kept
+current as the device changes, with the reasons of an unhealthy one. A condition's
+``lastTransitionTime`` moves only when its status does, so a re-write for another device's
+change keeps it.
+
+The queues in use are not written here: they move whenever a process opens or closes a queue,
+and each move would be a write to the API server; ``kae_device_queues_in_use`` has them.
 """
 
 from __future__ import annotations
@@ -59,14 +64,17 @@ def _conditions(device: UacceDevice | None, now: str, before: Mapping[str, Any])
     return conditions
 
 
-def _data(result: PreparedDevice, device: UacceDevice | None) -> JsonObject:
+def _data(result: PreparedDevice, device: UacceDevice | None, total: int | None) -> JsonObject:
     data: JsonObject = {}
     if device is not None:
         data = {"engine": device.engine, "uacceName": device.name, "pciBusID": device.pci_address}
         if device.numa_node is not None:
             data["numaNode"] = device.numa_node
-    if result.queues is not None:
-        data["queues"] = result.queues
+    granted = result.queues if result.queues is not None or device is None else total
+    if granted is not None:
+        data["queues"] = granted
+    if device is not None and total is not None:
+        data["queuesTotal"] = total
     return data
 
 
@@ -81,9 +89,12 @@ def device_statuses(
     devices: Mapping[str, UacceDevice],
     now: str,
     before: list[JsonObject] | None = None,
+    *,
+    totals: Mapping[str, int] | None = None,
 ) -> list[JsonObject]:
     """The claim's ``status.devices`` entries of this driver; ``devices`` maps pool device names
-    to the inventory's devices, ``before`` is what was written last (its transition times)."""
+    to the inventory's devices, ``before`` is what was written last (its transition times),
+    ``totals`` each function's queue total by PCI address."""
     previous = {key_of(e): e for e in before or []}
     entries = []
     for result in claim.devices:
@@ -92,7 +103,8 @@ def device_statuses(
             entry["shareID"] = result.share_id
         device = devices.get(result.device)
         entry["conditions"] = _conditions(device, now, previous.get(key_of(entry), {}))
-        entry["data"] = _data(result, device)
+        total = None if device is None else (totals or {}).get(device.pci_address)
+        entry["data"] = _data(result, device, total)
         entries.append(entry)
     return entries
 

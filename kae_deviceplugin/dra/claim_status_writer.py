@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kae_deviceplugin.apiserver.seam import RESOURCE_CLAIMS, ApiServer, JsonObject
@@ -52,11 +52,13 @@ class ClaimStatusWriter:
         claims: Callable[[], Checkpoint],
         *,
         backoff: Backoff | None = None,
+        totals: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.api = api
         self.driver = driver
         self.inventory = inventory
         self.claims = claims
+        self.totals = totals  # each function's queue total by PCI address (the grant's whole)
         self.backoff = backoff or Backoff()
         self.written: dict[str, list[JsonObject]] = {}  # by claim UID: what the API holds
         self._names: dict[str, _Claim] = {}  # by claim UID, kept until its entries are gone
@@ -69,11 +71,11 @@ class ClaimStatusWriter:
 
     def _wanted(self) -> dict[str, list[JsonObject]]:
         devices = {device_name(d): d for d in self.inventory()}
-        now, wanted = _now(), {}
+        now, wanted, totals = _now(), {}, self.totals()
         for uid, claim in self.claims().claims.items():
             self._names[uid] = _Claim(claim.namespace, claim.name)
             before = self.written.get(uid)
-            wanted[uid] = device_statuses(self.driver, claim, devices, now, before)
+            wanted[uid] = device_statuses(self.driver, claim, devices, now, before, totals=totals)
         for uid in self.written.keys() - wanted.keys():  # unprepared: take our entries back
             wanted[uid] = []
         return wanted

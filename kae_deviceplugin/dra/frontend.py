@@ -39,7 +39,7 @@ from kae_deviceplugin.container.runtime_cdi import (
 from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.container.sysfs_view import view_problem
 from kae_deviceplugin.core.broadcast import LatestValue
-from kae_deviceplugin.core.model import Inventory, QueueShare
+from kae_deviceplugin.core.model import ClaimHold, Inventory, QueueBook
 from kae_deviceplugin.core.views import ResourceView, build_views
 from kae_deviceplugin.discovery.queues import QueueTotals
 from kae_deviceplugin.dra.api import (
@@ -50,7 +50,7 @@ from kae_deviceplugin.dra.api import (
     plugin_dir,
     socket_names,
 )
-from kae_deviceplugin.dra.checkpoint import Checkpoint, CheckpointFile, claimed_queues
+from kae_deviceplugin.dra.checkpoint import Checkpoint, CheckpointFile
 from kae_deviceplugin.dra.claim_status_writer import ClaimStatusWriter
 from kae_deviceplugin.dra.health import add_health_servicers
 from kae_deviceplugin.dra.held_devices import DevicePluginHolds
@@ -149,7 +149,11 @@ class DraFrontEnd:
         )
         self.sweeper = StaleClaimSweeper(self.preparer, self._get_claim)
         self.status = ClaimStatusWriter(
-            self.claims_api, DRIVER, lambda: self.inventory, self._prepared
+            self.claims_api,
+            DRIVER,
+            lambda: self.inventory,
+            self._prepared,
+            totals=lambda: self.queue_totals,
         )
         self._servers: list[grpc.aio.Server] = []
         self._sockets = BoundSockets()  # only these are removed at exit
@@ -195,7 +199,10 @@ class DraFrontEnd:
     ) -> list[JsonObject]:
         if self.cdi.refused:  # no claim could reach its container: offer none
             inventory = Inventory()
-        self.queue_totals = self.queues.update(inventory)
+        totals = self.queues.update(inventory)
+        if totals != self.queue_totals:  # the claims' status data names them
+            self.queue_totals = totals
+            self.status.changed()
         plan = build_slices(
             inventory,
             NodeRef(self.node, self.publishing.node_uid),
@@ -214,17 +221,18 @@ class DraFrontEnd:
             for d in self.inventory
         }
 
-    def shared_queues(self) -> dict[str, QueueShare] | None:
-        """Each shared device's queue total and the queues prepared claims consumed of it."""
-        shared = self.settings.shared_engines
-        if not shared:
-            return None
-        claimed = claimed_queues(self.preparer.state)
-        return {
-            d.pci_address: QueueShare(total, claimed.get(device_name(d), 0))
-            for d in self.inventory
-            if d.engine in shared and (total := self.queue_totals.get(d.pci_address)) is not None
-        }
+    def queue_book(self) -> QueueBook:
+        """Each device's queue total and the claims prepared on it: a share's queues, or the
+        whole function (None) for a device no claim shares."""
+        by_name = {device_name(d): d.pci_address for d in self.inventory}
+        claims: dict[str, list[ClaimHold]] = {}
+        for claim in self.preparer.state.claims.values():
+            for result in claim.devices:
+                pci = by_name.get(result.device)
+                if result.pool == self.node and pci is not None:
+                    hold = ClaimHold(claim.namespace, claim.name, result.queues)
+                    claims.setdefault(pci, []).append(hold)
+        return QueueBook(self.queue_totals, {pci: tuple(h) for pci, h in claims.items()})
 
     def api_requests(self) -> Mapping[str, int] | None:
         """Requests sent to the API server by verb, where the client counts them (PacedApi)."""

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kae_deviceplugin.kubectl.pool import HELD_TAINT_KEY, NUMA_NODE, PCI_BUS_ID, Pool, PoolDevice
+from kae_deviceplugin.kubectl.pool import (
+    HELD_TAINT_KEY,
+    NUMA_NODE,
+    PCI_BUS_ID,
+    Hold,
+    Pool,
+    PoolDevice,
+)
 
 
 @dataclass(frozen=True)
@@ -15,6 +22,8 @@ class DeviceRow:
     device: PoolDevice
     claims: tuple[dict[str, Any], ...]
     queues_claimed: int | None  # None: not shared, so its queues are not split
+    queues_total: int | None = None  # the slice's (shared), else the driver's claim status
+    queues_granted: int | None = None  # 0 while free; None: held, not yet in the claim status
 
     @property
     def reasons(self) -> list[str]:
@@ -34,7 +43,11 @@ class DeviceRow:
             "healthy": not d.reasons,
             "reasons": self.reasons,
             "claims": [dict(c) for c in self.claims],
-            "queues": {"total": d.queues, "claimed": self.queues_claimed},
+            "queues": {
+                "total": self.queues_total,
+                "claimed": self.queues_claimed,
+                "granted": self.queues_granted,
+            },
         }
 
 
@@ -49,8 +62,25 @@ def device_rows(pool: Pool, node: str | None = None) -> list[DeviceRow]:
             for h in pool.holds_of(device)
         )
         claimed = pool.queues_claimed(device) if device.shared else None
-        rows.append(DeviceRow(device, claims, claimed))
+        total, granted = _queues(device, pool.holds_of(device), claimed)
+        rows.append(DeviceRow(device, claims, claimed, total, granted))
     return rows
+
+
+def _queues(
+    device: PoolDevice, holds: tuple[Hold, ...], claimed: int | None
+) -> tuple[int | None, int | None]:
+    """The device's queue total and the queues granted on it: the shares' sum on a shared
+    device; on another, the whole function its claim holds, as the driver wrote it in the
+    claim's status (the slice of an unshared device has no queue count)."""
+    total = (
+        device.queues
+        if device.queues is not None
+        else next((h.total for h in holds if h.total is not None), None)
+    )
+    if claimed is not None or not holds:
+        return total, claimed if claimed is not None else 0
+    return total, next((h.granted for h in holds if h.granted is not None), None)
 
 
 def table_row(row: DeviceRow) -> list[str]:
@@ -64,9 +94,10 @@ def table_row(row: DeviceRow) -> list[str]:
         for c in data["claims"]
     ]
     queues = data["queues"]
-    shown_queues = "-" if queues["total"] is None else str(queues["total"])
-    if queues["claimed"] is not None:
-        shown_queues = f"{queues['claimed']}/{shown_queues}"
+    granted, total = queues["granted"], queues["total"]
+    shown_queues = "-"  # a free unshared device: its total is in no API object
+    if total is not None:
+        shown_queues = f"{'?' if granted is None else granted}/{total}"
     return [
         data["node"], data["device"], data["engine"], _cell(data["function"]),
         _cell(data["numaNode"]), _cell(data["pciBusID"]), health,

@@ -87,6 +87,10 @@ class Hold:
     request: str
     pods: tuple[str, ...]
     queues: int | None = None  # consumedCapacity.queues of a share
+    # What the driver wrote in the claim's status.devices data: the queues granted (a share's,
+    # or the whole function's) and the function's total; None until it has written them.
+    granted: int | None = None
+    total: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +187,20 @@ def allocation_results(claim: JsonObject) -> list[JsonObject]:
     return list((allocation.get("devices") or {}).get("results") or ())
 
 
+def _status_data(claim: JsonObject, result: JsonObject) -> JsonObject:
+    """The data the driver wrote for ``result`` in the claim's ``status.devices`` (or {})."""
+    key = [result.get(k) for k in ("driver", "pool", "device", "shareID")]
+    for entry in (claim.get("status") or {}).get("devices") or ():
+        if [entry.get(k) for k in ("driver", "pool", "device", "shareID")] == key:
+            data = entry.get("data")
+            return data if isinstance(data, dict) else {}
+    return {}
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def claim_holds(
     claims: Iterable[JsonObject], driver: str = DRA_DRIVER
 ) -> dict[tuple[str, str], tuple[Hold, ...]]:
@@ -195,6 +213,7 @@ def claim_holds(
             if result.get("driver") != driver:
                 continue
             consumed = (result.get("consumedCapacity") or {}).get(QUEUES)
+            data = _status_data(claim, result)
             found[(str(result.get("pool")), str(result.get("device")))].append(
                 Hold(
                     namespace=str(meta.get("namespace", "")),
@@ -203,6 +222,8 @@ def claim_holds(
                     request=str(result.get("request", "")),
                     pods=pods,
                     queues=None if consumed is None else _quantity(consumed),
+                    granted=_whole(data.get("queues")),
+                    total=_whole(data.get("queuesTotal")),
                 )
             )
     return {key: tuple(holds) for key, holds in found.items()}

@@ -23,7 +23,7 @@ from types import MappingProxyType
 import grpc
 
 from kae_deviceplugin._generated.podresources.v1 import api_pb2, api_pb2_grpc
-from kae_deviceplugin.core.engines import ENGINES_BY_RESOURCE
+from kae_deviceplugin.core.engines import DRA_DRIVER, ENGINES_BY_RESOURCE
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +82,13 @@ class Allocations:
     """Every allocation of our resources at one moment, sorted, with an index by device ID.
 
     One ID may have several holders: the kubelet hands an init container's devices on to the
-    app containers of the same pod, and reports both.
+    app containers of the same pod, and reports both. ``claims`` are the devices of our DRA
+    driver that claims give running containers, where the kubelet reports them (its
+    ``dynamic_resources``): the pods of a claim, for the queue metrics' holders.
     """
 
     rows: tuple[Allocation, ...] = ()
+    claims: tuple[ClaimDevice, ...] = ()
     by_id: Mapping[str, tuple[tuple[str, str, str], ...]] = field(
         init=False, compare=False, repr=False
     )
@@ -108,7 +111,7 @@ def allocations_from(
         if devices.resource_name in resources
         for device_id in devices.device_ids
     ]
-    return Allocations(tuple(rows))
+    return Allocations(tuple(rows), claim_devices_from(response, DRA_DRIVER))
 
 
 @dataclass(frozen=True, slots=True, order=True)

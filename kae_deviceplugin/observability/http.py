@@ -20,7 +20,7 @@ from typing import Protocol
 
 from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.core.model import Inventory, QueueShare
+from kae_deviceplugin.core.model import Inventory, QueueBook
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.discovery.node_facts import read_node_facts
@@ -118,7 +118,7 @@ class Observed(Protocol):
     def counters(self) -> Counters: ...
     def alive(self) -> bool: ...
     def not_ready(self) -> list[str]: ...
-    def shared_queues(self) -> Mapping[str, QueueShare] | None: ...
+    def queue_book(self) -> QueueBook: ...
     def api_requests(self) -> Mapping[str, int] | None: ...
 
 
@@ -165,7 +165,7 @@ def daemon_routes(
             daemon.views,
             frozenset(daemon.registered),
             holder.current,
-            daemon.shared_queues(),
+            daemon.queue_book(),
             daemon.expected_registrations,
             daemon.api_requests(),
         )

@@ -9,8 +9,9 @@ Series per device: ``kae_device_info``, ``kae_device_healthy``, ``kae_device_ava
 and one ``kae_device_allocated`` per holder (one while free), plus one
 ``kae_device_unhealthy_reason`` per reason only while that reason holds: a zero for every code
 on every healthy device would be most of the exposition and say nothing ``healthy`` does not.
-In DRA mode, each device of a shared engine also has ``kae_device_queues_in_use`` and
-``kae_device_queues_claimed``.
+Per device whose queue total is known, in both modes: ``kae_device_queues_in_use``,
+``kae_device_queues_claimed`` (granted) and, while held, ``kae_device_holders``
+(:mod:`kae_deviceplugin.observability.queue_metrics`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from kae_deviceplugin.core.model import Inventory, QueueShare, UacceDevice
+from kae_deviceplugin.core.model import Inventory, QueueBook, UacceDevice
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.discovery.node_facts import NodeFacts
 from kae_deviceplugin.discovery.scan import read_available_instances
 from kae_deviceplugin.kubelet.podresources import Allocations
 from kae_deviceplugin.observability.node_metrics import node_fact_families
+from kae_deviceplugin.observability.queue_metrics import queue_families
 from kae_deviceplugin.prometheus_lite import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -46,7 +48,7 @@ class Snapshot:
     views: Mapping[str, ResourceView]
     registered: frozenset[str]
     allocations: Allocations | None
-    shared_queues: Mapping[str, QueueShare] | None = None  # DRA: by PCI address
+    queue_book: QueueBook | None = None  # queue totals, and DRA's prepared claims
     # What the kubelet must have registered (the DRA driver's name in DRA mode); None: the
     # served resources, the views' names, as in device-plugin mode.
     expected: frozenset[str] | None = None
@@ -177,44 +179,24 @@ def daemon_families(snapshot: Snapshot) -> list[Metric]:
     return [registered, up]
 
 
-def shared_queue_families(
-    inventory: Inventory,
-    shares: Mapping[str, QueueShare],
-    queues_of: Callable[[UacceDevice], int | None] = read_available_instances,
-) -> list[Metric]:
-    """Per shared device (DRA): queues open now (total - available_instances, read now) against
-    queues the prepared claims took. The kernel does not hold a process to its claim's share,
-    so in-use above claimed means some container opened more queues than it asked for (or a
-    process outside any claim uses the device)."""
-    in_use = GaugeMetricFamily(
-        "kae_device_queues_in_use",
-        "Hardware queues of a shared device open now (total - available_instances); absent "
-        "while unreadable.",
-        labels=list(DEVICE_LABELS),
-    )
-    claimed = GaugeMetricFamily(
-        "kae_device_queues_claimed",
-        "Hardware queues of a shared device that prepared DRA claims consumed (the kernel "
-        "does not enforce this).",
-        labels=list(DEVICE_LABELS),
-    )
-    for device in inventory:
-        share = shares.get(device.pci_address)
-        if share is None:
-            continue
-        claimed.add_metric(_ids(device), share.claimed)
-        free = queues_of(device)
-        if free is not None:
-            in_use.add_metric(_ids(device), max(0, share.total - free))
-    return [in_use, claimed]
-
-
 def device_families(snapshot: Snapshot) -> list[Metric]:
-    families = [*inventory_families(snapshot.inventory), *daemon_families(snapshot)]
+    # Free queues read once per scrape: the free and in-use series then agree with each other.
+    free = {d.pci_address: read_available_instances(d) for d in snapshot.inventory}
+
+    def queues_of(device: UacceDevice) -> int | None:
+        return free.get(device.pci_address)
+
+    families = [*inventory_families(snapshot.inventory, queues_of), *daemon_families(snapshot)]
     if snapshot.allocations is not None:  # unknown holders: no series rather than a wrong 0
         families.append(allocated_family(snapshot.views, snapshot.allocations))
-    if snapshot.shared_queues is not None:  # DRA only: device-plugin scrapes are unchanged
-        families += shared_queue_families(snapshot.inventory, snapshot.shared_queues)
+    if snapshot.queue_book is not None:
+        families += queue_families(
+            snapshot.inventory,
+            snapshot.views,
+            snapshot.queue_book,
+            snapshot.allocations,
+            queues_of,
+        )
     if snapshot.api_requests is not None:  # DRA only
         families.append(api_request_family(snapshot.api_requests))
     if snapshot.node_facts is not None:  # the node's KAE facts (issue 37): node_metrics.py

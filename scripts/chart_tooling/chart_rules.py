@@ -38,6 +38,7 @@ CHART_VALUES: Final[Mapping[str, str]] = {
     "config.stateDir": "state_dir",
     "config.env.uadkNumaHint": "env.uadk_numa_hint",
     "config.env.opensslEngines": "env.openssl_engines",
+    "config.env.opensslConf": "env.openssl_conf",
     "config.log.level": "log_level",
     "config.log.format": "log_format",
     "config.dra.unhealthyTaintEffect": "unhealthy_taint_effect",

@@ -138,9 +138,13 @@ def test_enable_engines_serves_exactly_the_named_engines() -> None:
 
 
 def test_env_settings_have_flags_too() -> None:
-    """--uadk-numa-hint and --openssl-engines set the container env settings."""
+    """--uadk-numa-hint, --openssl-engines and --openssl-conf set the container env settings."""
     out = settings_from(["--uadk-numa-hint", "yes", "--openssl-engines", "/opt/engines"])
-    assert "EnvSettings(uadk_numa_hint=True, openssl_engines='/opt/engines')" in out
+    assert (
+        "EnvSettings(uadk_numa_hint=True, openssl_engines='/opt/engines', openssl_conf=False)"
+        in out
+    )
+    assert "openssl_conf=True" in settings_from(["--openssl-conf", "on"])
 
 
 def test_dra_taint_and_sharing_settings_have_flags_and_variables() -> None:

@@ -265,6 +265,18 @@ def merged(answers: Sequence[ContainerEdits]) -> dict[str, str]:
     return mounts
 
 
+def test_openssl_conf_mounts_the_file_and_names_it(node: Node) -> None:
+    """opensslConf on: the state directory's openssl/ read-only at the container path, and
+    OPENSSL_CONF naming the file there; off (the default): neither."""
+    device = node.devices("hisi_hpre-2")
+    edits = container_edits("hpre", device, node.options(openssl_conf=True))
+    conf = BindMount("/etc/kae-deviceplugin/openssl", f"{node.root}/state/openssl", True)
+    assert edits.mounts[-1] == conf
+    assert edits.env[-1] == ("OPENSSL_CONF", "/etc/kae-deviceplugin/openssl/openssl.cnf")
+    plain = container_edits("hpre", device, node.options())
+    assert conf not in plain.mounts and "OPENSSL_CONF" not in dict(plain.env)
+
+
 # The HPRE and SEC devices of the tree (PFs first, then their VFs), as sysfs_fixtures lists them.
 HPRE_NAMES = [f"hisi_hpre-{i}" for i in (2, 3, 10, 11, 12, 13)]
 SEC_NAMES = [f"hisi_sec2-{i}" for i in (0, 1, 6, 7, 8, 9)]

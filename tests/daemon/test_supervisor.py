@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.core.model import Inventory, QueueBook
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.daemon.roots import supervise
@@ -143,8 +143,8 @@ class RecordingFrontEnd:
     def not_ready(self) -> list[str]:
         return self.missing
 
-    def shared_queues(self) -> None:
-        return None
+    def queue_book(self) -> QueueBook:
+        return QueueBook()
 
     def api_requests(self) -> None:
         return None

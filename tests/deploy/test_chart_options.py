@@ -135,20 +135,29 @@ def prometheus_rule_groups() -> list[dict[str, Any]]:
     reason="promtool not installed (Debian package prometheus); the rules were not checked",
 )
 def test_prometheus_rule_passes_promtool(tmp_path: Path) -> None:
-    """`promtool check rules` accepts the chart's alerts, which cover the three conditions."""
+    """`promtool check rules` accepts the chart's alerts, which cover the five conditions."""
     groups = prometheus_rule_groups()
     alerts = {r["alert"]: r for g in groups for r in g["rules"]}
-    assert set(alerts) == {"KaeDeviceUnhealthy", "KaeResourceNotRegistered", "KaeAllocationErrors"}
+    assert set(alerts) == {
+        "KaeDeviceUnhealthy",
+        "KaeResourceNotRegistered",
+        "KaeAllocationErrors",
+        "KaeDeviceGrantUnused",
+        "KaeDeviceQueuesOverGrant",
+    }
     assert "kae_device_healthy" in alerts["KaeDeviceUnhealthy"]["expr"]
     assert "kae_resource_registered" in alerts["KaeResourceNotRegistered"]["expr"]
     assert "kae_allocation_errors_total" in alerts["KaeAllocationErrors"]["expr"]
+    assert "kae_device_holders" in alerts["KaeDeviceGrantUnused"]["expr"]
+    assert alerts["KaeDeviceGrantUnused"]["for"] == "10m"
+    assert "kae_device_queues_claimed" in alerts["KaeDeviceQueuesOverGrant"]["expr"]
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump({"groups": groups}))
     out = subprocess.run(
         ["promtool", "check", "rules", str(rules)], capture_output=True, text=True, check=False
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "3 rules found" in out.stdout
+    assert "5 rules found" in out.stdout
 
 
 def rendered_notes(tmp_path: Path, *args: str) -> str:

@@ -432,7 +432,11 @@ def test_full_values_reach_the_config_file() -> None:
     assert config["scanInterval"] == "500ms"
     assert config["containerSysfsView"] is False
     assert config["cdi"] is True
-    assert config["env"] == {"uadkNumaHint": True, "opensslEngines": "/usr/local/lib/engines-1.1"}
+    assert config["env"] == {
+        "uadkNumaHint": True,
+        "opensslEngines": "/usr/local/lib/engines-1.1",
+        "opensslConf": True,
+    }
     assert config["log"] == {"level": "debug", "format": "json"}
     assert config["paths"]["cdiDir"] == "/etc/cdi"
     assert "mode" not in config and "dra" not in config  # device-plugin mode, the default

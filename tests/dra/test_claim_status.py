@@ -170,3 +170,32 @@ def test_a_share_carries_its_id_and_queues() -> None:
     [entry] = device_statuses(DRIVER, claim, {}, "2026-01-01T00:00:00Z")
     assert entry["shareID"] == "share-1" and entry["data"] == {"queues": 8}
     assert _conditions(entry)["Healthy"]["reason"] == "NotOnNode"
+
+
+def test_the_data_names_the_grant_whole_or_shared_and_the_total(node: Node) -> None:
+    """With the functions' totals known: an exclusive claim's device is granted the whole
+    function (queues = queuesTotal = 256), a share its own queues out of the total; a device
+    gone from the node keeps the share and no total."""
+    from kae_deviceplugin.dra.checkpoint import PreparedClaim, PreparedDevice
+
+    api = FakeApiServer()
+    preparer, ref = _with_api(node, api)
+    totals = {d.pci_address: 256 for d in node.inventory}
+    writer = ClaimStatusWriter(
+        api, DRIVER, lambda: node.inventory, lambda: preparer.state, totals=lambda: totals
+    )
+
+    async def main() -> None:
+        await preparer.prepare([ref])
+        assert await writer.sync() == 1
+
+    asyncio.run(main())
+    [entry] = _status(api)
+    assert (entry["data"]["queues"], entry["data"]["queuesTotal"]) == (256, 256)
+    by_name = {"hpre-x": node.inventory.devices[0]}
+    share = PreparedClaim("u", "ns", "n", (PreparedDevice("z", POOL, "hpre-x", "s-1", 8),), "s")
+    now = "2026-01-01T00:00:00Z"
+    [shared] = device_statuses(DRIVER, share, by_name, now, totals=totals)
+    assert (shared["data"]["queues"], shared["data"]["queuesTotal"]) == (8, 256)
+    [gone] = device_statuses(DRIVER, share, {}, now, totals=totals)
+    assert gone["data"] == {"queues": 8}

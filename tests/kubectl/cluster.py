@@ -69,9 +69,19 @@ def claim(
     *,
     pods: Sequence[str] = (),
     devices: JsonObject | None = None,
+    granted: tuple[int, int] | None = None,
 ) -> JsonObject:
-    """A ResourceClaim; allocated with ``results`` and reserved for ``pods``."""
+    """A ResourceClaim; allocated with ``results`` and reserved for ``pods``; ``granted``: the
+    (queues, queuesTotal) the driver writes in each result's status data once prepared."""
     made = claim_object(namespace, name, results)
+    if granted is not None:
+        made["status"]["devices"] = [
+            {
+                "driver": r["driver"], "pool": r["pool"], "device": r["device"],
+                "data": {"queues": granted[0], "queuesTotal": granted[1]},
+            }
+            for r in made["status"]["allocation"]["devices"]["results"]
+        ]  # fmt: skip
     if devices is not None:
         made["spec"]["devices"] = devices
     if pods:
@@ -141,7 +151,10 @@ def seed_cluster(api: HttpApiServer) -> None:
     for obj in device_classes():
         api.seed("deviceclasses", obj)
     api.seed(
-        "resourceclaims", claim("team-a", "c1", [Allocated("rsa", HPRE_0, DRA_1)], pods=["app-1"])
+        "resourceclaims",
+        claim(
+            "team-a", "c1", [Allocated("rsa", HPRE_0, DRA_1)], pods=["app-1"], granted=(256, 256)
+        ),
     )
     share = Allocated("zip", ZIP_0, DRA_1, share_id=str(uuid.uuid4()), consumed_queues="8")
     api.seed("resourceclaims", claim("team-b", "z1", [share], pods=["zipper"]))

@@ -24,8 +24,9 @@ def _devices(api: HttpApiServer, tmp_path: Path, *args: str) -> list[dict[str, o
 def test_json_has_exactly_the_documented_keys_and_the_holders(
     api: HttpApiServer, tmp_path: Path
 ) -> None:
-    """worker-1's six devices; the held HPRE names its claim and pod, the shared ZIP its
-    queues claimed of its total, an unshared device neither (its slice has no queues)."""
+    """worker-1's six devices; the held HPRE names its claim and pod and is granted its whole
+    function (the total its claim's status data gives), the shared ZIP its queues claimed of
+    its total, a free unshared device 0 of an unknown total (its slice has no queues)."""
     found = _devices(api, tmp_path, "--node", DRA_1)
     assert [d["device"] for d in found] == [
         HPRE_0, "hpre-0000-b9-00-0", SEC_0, "sec-0000-b6-00-0", ZIP_0, ZIP_2,
@@ -35,12 +36,13 @@ def test_json_has_exactly_the_documented_keys_and_the_holders(
         "node": DRA_1, "device": HPRE_0, "engine": "hpre", "function": "pf", "numaNode": 0,
         "pciBusID": "0000:79:00.0", "healthy": True, "reasons": [],
         "claims": [{"namespace": "team-a", "name": "c1", "pods": ["app-1"]}],
-        "queues": {"total": None, "claimed": None},
+        "queues": {"total": 256, "claimed": None, "granted": 256},
     }  # fmt: skip
+    assert found[1]["queues"] == {"total": None, "claimed": None, "granted": 0}
     by_name = {d["device"]: d for d in found}
-    assert by_name[ZIP_0]["queues"] == {"total": 256, "claimed": 8}
+    assert by_name[ZIP_0]["queues"] == {"total": 256, "claimed": 8, "granted": 8}
     assert by_name[ZIP_0]["claims"] == [{"namespace": "team-b", "name": "z1", "pods": ["zipper"]}]
-    assert by_name[ZIP_2]["queues"] == {"total": 256, "claimed": 0}
+    assert by_name[ZIP_2]["queues"] == {"total": 256, "claimed": 0, "granted": 0}
 
 
 def test_unhealthy_devices_carry_the_taints_reasons(api: HttpApiServer, tmp_path: Path) -> None:
@@ -72,8 +74,10 @@ def test_the_table_shows_health_holders_and_queues(api: HttpApiServer, tmp_path:
     ]  # fmt: skip
     assert len(lines) == 1 + 6 + 7
     assert lines[1].split() == [
-        DRA_1, HPRE_0, "hpre", "pf", "0", "0000:79:00.0", "Healthy", "team-a/c1", "[app-1]", "-",
+        DRA_1, HPRE_0, "hpre", "pf", "0", "0000:79:00.0", "Healthy", "team-a/c1", "[app-1]",
+        "256/256",
     ]  # fmt: skip
+    assert lines[2].split()[-2:] == ["-", "-"]  # free, unshared: no total in the API
     assert lines[5].split()[-3:] == ["team-b/z1", "[zipper]", "8/256"]
     assert "Unhealthy (isolated)" in next(line for line in lines if DRA_2 in line and SEC_0 in line)
 

@@ -81,7 +81,7 @@ def test_the_dashboard_has_the_panels_the_issue_asks_for() -> None:
         "Health over time",
         "Unhealthy devices and why",
         "Who holds what (device plugin)",
-        "Queues in use against claimed (shared DRA devices)",
+        "Queues in use against granted",
         "API writes (DRA)",
     ]
     for expressions in panel_queries().values():
@@ -175,13 +175,14 @@ def test_every_panel_answers_on_a_real_prometheus(tmp_path: Path) -> None:
     assert "isolated" in {r["metric"]["reason"] for r in reasons}
     (holders,) = by_title["Who holds what (device plugin)"]
     assert [(r["metric"]["node"], r["metric"]["pod"]) for r in holders] == [("node-a", "checkout")]
-    in_use, claimed = by_title["Queues in use against claimed (shared DRA devices)"]
-    # Both ZIPs are shared (hisi_zip-4 is unhealthy, so nothing claims it).
-    assert {r["metric"]["device"]: r["value"][1] for r in claimed} == {
-        "hisi_zip-4": "0",
-        "hisi_zip-5": "8",
-    }
-    assert {r["metric"]["node"] for r in in_use} == {"node-b"}
+    in_use, claimed = by_title["Queues in use against granted"]
+    # Every device in both modes: node-b's ZIP share of 8 (hisi_zip-4 is unhealthy, so nothing
+    # claims it), node-a's hpre-2 whole (a device-plugin pod holds it), the rest free.
+    granted = {(r["metric"]["node"], r["metric"]["device"]): r["value"][1] for r in claimed}
+    assert (granted[("node-b", "hisi_zip-4")], granted[("node-b", "hisi_zip-5")]) == ("0", "8")
+    assert granted.pop(("node-a", "hisi_hpre-2")) == "256"
+    assert {v for (n, _), v in granted.items() if n == "node-a"} == {"0"}
+    assert {r["metric"]["node"] for r in in_use} == {"node-a", "node-b"}
     (writes,) = by_title["API writes (DRA)"]
     assert {r["metric"]["node"] for r in writes} == {"node-b"}  # the device plugin sends none
     assert {"create", "patch"} <= {r["metric"]["verb"] for r in writes}

@@ -184,7 +184,13 @@ def test_no_chart_alert_fires_on_a_healthy_dra_node(tmp_path: Path) -> None:
     expression name the driver (the rule can fail); once registered and published (ready),
     none of the chart's alerts fires for the whole `for` window and beyond."""
     rules, alerts = chart_alerts(tmp_path)
-    assert set(alerts) == {"KaeDeviceUnhealthy", "KaeResourceNotRegistered", "KaeAllocationErrors"}
+    assert set(alerts) == {
+        "KaeDeviceUnhealthy",
+        "KaeResourceNotRegistered",
+        "KaeAllocationErrors",
+        "KaeDeviceGrantUnused",
+        "KaeDeviceQueuesOverGrant",
+    }
     with dra_daemon() as node:
         assert wait_for(lambda: "ResourceSlices not published" not in node.get("/readyz")[1])
         unregistered = input_series(node.get("/metrics")[1])

@@ -13,6 +13,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from kae_deviceplugin.core.health import ALL_REASONS, ENGINE_STOPPED, ISOLATED
+from kae_deviceplugin.core.model import QueueBook
 from kae_deviceplugin.core.views import EngineSettings, build_views
 from kae_deviceplugin.counters import ALLOCATION_ERROR_CODES, Counters
 from kae_deviceplugin.discovery.scan import scan
@@ -246,19 +247,22 @@ def split_series(tree: str) -> tuple[int, int, int]:
     """Devices of ``tree`` (all free), its per-device series and the rest, in one exposition."""
     inventory = scan(FIXTURES / tree / "sys", FIXTURES / tree / "dev")
     views = build_views(inventory, {})
-    counts = series_by_family(Snapshot(inventory, views, frozenset(views), Allocations()))
+    totals = QueueBook({d.pci_address: 256 for d in inventory})  # as the front ends book them
+    counts = series_by_family(Snapshot(inventory, views, frozenset(views), Allocations(), totals))
     per_device = sum(n for name, n in counts.items() if name.startswith("kae_device_"))
     return len(inventory), per_device, sum(counts.values()) - per_device
 
 
 def test_series_budget_is_a_few_per_device_plus_a_fixed_few_dozen() -> None:
-    """Healthy, free devices: 4 series each; the rest is the same few dozen for 6 or 18 devices."""
+    """Healthy, free devices: 6 series each; the rest is the same few dozen for 6 or 18 devices."""
     devices, per_device, fixed = split_series(TREE)
     assert devices == 18
-    assert per_device == 4 * devices  # info, healthy, queues, allocated (reasons: none holds)
+    # info, healthy, free queues, allocated, queues in use, queues granted (reasons: none
+    # holds; holders: none while free)
+    assert per_device == 6 * devices
     assert fixed <= 80
     small_devices, small_per_device, small_fixed = split_series("kunpeng920-2p")
-    assert (small_devices, small_per_device, small_fixed) == (6, 4 * 6, fixed)
+    assert (small_devices, small_per_device, small_fixed) == (6, 6 * 6, fixed)
 
 
 def test_reason_series_exist_only_while_the_reason_holds() -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.core.model import Inventory, QueueBook
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.kubelet.podresources import AllocationsSource
@@ -79,8 +79,8 @@ class FakeDaemon:
     def not_ready(self) -> list[str]:
         return self.missing
 
-    def shared_queues(self) -> None:
-        return None
+    def queue_book(self) -> QueueBook:
+        return QueueBook()
 
     def api_requests(self) -> None:
         return None

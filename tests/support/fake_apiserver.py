@@ -1,6 +1,6 @@
 """An in-memory API server behind ``apiserver.seam.ApiServer``, for unit tests of what sits on
-the seam; the real one (the project's own client) is proven against the e2e cluster's API server and,
-in a real daemon process, against the HTTP test server (``http_apiserver``).
+the seam; the real client is proven against the e2e cluster's API server and, in a real daemon
+process, against the HTTP test server (``http_apiserver``).
 
 It keeps what the real one does that a controller depends on: resourceVersion checks on replace
 (409 Conflict), AlreadyExists and NotFound, field selectors on dotted paths, watch events for

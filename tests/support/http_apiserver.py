@@ -1,7 +1,7 @@
 """A Kubernetes API server over real HTTP for tests, that misbehaves when told to.
 
 Plain HTTP/1.1 on 127.0.0.1 at a random port, served by an asyncio loop on its own thread, so a
-test (or a daemon in a subprocess, through its own client) talks to it as to the real one: nodes GET,
+test (or a daemon in a subprocess, through its client) talks to it as to the real one: nodes GET,
 resourceclaims GET (namespaced), resourceslices LIST / WATCH / GET / POST / PUT / DELETE, with
 Status objects for errors. The objects and watches are ``store`` (apiserver_store), refusals,
 dropped fields and the request log are ``faults`` (apiserver_faults); both may be used from the

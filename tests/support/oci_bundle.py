@@ -79,14 +79,14 @@ def allocate_mounts(
     return mounts
 
 
-def config(args: Sequence[str], mounts: Sequence[Mount]) -> dict[str, Any]:
+def config(args: Sequence[str], mounts: Sequence[Mount], env: Sequence[str] = ()) -> dict[str, Any]:
     return {
         "ociVersion": "1.0.2",
         "process": {
             "terminal": False,
             "user": {"uid": 0, "gid": 0},
             "args": list(args),
-            "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"],
+            "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", *env],
             "cwd": "/",
             # The inherited open-files limit can exceed what the container may set; keep it low.
             "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
@@ -109,7 +109,9 @@ def _assert_unmounted(bundle: Path) -> None:
 
 
 @contextmanager
-def bundle_dir(args: Sequence[str], mounts: Sequence[Mount]) -> Iterator[Path]:
+def bundle_dir(
+    args: Sequence[str], mounts: Sequence[Mount], env: Sequence[str] = ()
+) -> Iterator[Path]:
     """A bundle under a short /tmp path, removed afterwards."""
     bundle = Path(tempfile.mkdtemp(prefix="kaeoci", dir="/tmp"))
     try:
@@ -119,7 +121,7 @@ def bundle_dir(args: Sequence[str], mounts: Sequence[Mount]) -> Iterator[Path]:
         for name in USR_LINKS:
             if (Path("/usr") / name).is_dir():
                 (rootfs / name).symlink_to(f"usr/{name}")
-        (bundle / "config.json").write_text(json.dumps(config(args, mounts), indent=2))
+        (bundle / "config.json").write_text(json.dumps(config(args, mounts, env), indent=2))
         yield bundle
     finally:
         _assert_unmounted(bundle)
@@ -127,11 +129,15 @@ def bundle_dir(args: Sequence[str], mounts: Sequence[Mount]) -> Iterator[Path]:
 
 
 def run(
-    args: Sequence[str], mounts: Sequence[Mount], timeout: float = RUN_TIMEOUT
+    args: Sequence[str],
+    mounts: Sequence[Mount],
+    timeout: float = RUN_TIMEOUT,
+    env: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``args`` in a fresh container and return its exit status and output."""
+    """Run ``args`` in a fresh container (``env``: more ``NAME=value`` for its process) and
+    return its exit status and output."""
     container_id = f"kae-{os.getpid()}-{uuid.uuid4().hex[:10]}"
-    with bundle_dir(args, mounts) as bundle:
+    with bundle_dir(args, mounts, env) as bundle:
         try:
             return subprocess.run(
                 ["runc", "run", "--bundle", str(bundle), container_id],

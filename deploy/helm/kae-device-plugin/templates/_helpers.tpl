@@ -175,7 +175,7 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
       "log" (dict "level" $c.log.level "format" $c.log.format)
       "paths" $paths
       "engines" $engines
-      "env" (dict "uadkNumaHint" $c.env.uadkNumaHint "opensslEngines" $c.env.opensslEngines) -}}
+      "env" (dict "uadkNumaHint" $c.env.uadkNumaHint "opensslEngines" $c.env.opensslEngines "opensslConf" $c.env.opensslConf) -}}
 {{- if $dra }}
 {{- /* The node name comes from $NODE_NAME and the API from the pod's token: not written here.
        `cdi` is off: DRA writes a spec per claim, the device plugin's node-wide one is unused. */}}

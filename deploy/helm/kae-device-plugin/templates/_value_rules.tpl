@@ -108,6 +108,14 @@ template by kae.restartChecksum).
   "rangeWhy": "must be a whole number from 1 to 64",
   "why": "must be a whole number from 1 to 64, written without quotes (a YAML value, not text)"
  },
+ "config.env.opensslConf": {
+  "kind": "boolean",
+  "noText": true,
+  "notRoot": "",
+  "numeric": false,
+  "pattern": "",
+  "why": "must be true or false, written without quotes (a YAML value, not text)"
+ },
  "config.env.opensslEngines": {
   "kind": "optional-path",
   "notRoot": "",
