@@ -15,6 +15,7 @@ from typing import Final
 from kae_deviceplugin.config import rules
 from kae_deviceplugin.config.kinds import RELOAD_TEXT, Kind, Reload, show_value
 from kae_deviceplugin.config.settings import (
+    AUTO_PREFERENCES,
     LOG_FORMATS,
     LOG_LEVELS,
     MODES,
@@ -170,10 +171,20 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "mode",
         "mode",
         "choice",
-        "Which front end manages the devices: device-plugin (kubelet resources) or dra "
-        "(ResourceSlices and claims); one per node, never both.",
+        "Which front end manages the devices: device-plugin (kubelet resources), dra "
+        "(ResourceSlices and claims), or auto (chosen at start from what the node and the "
+        "API server support, docs/modes.md); one per node, never both.",
         "restart",
         choices=MODES,
+    ),
+    _option(
+        "auto_prefer",
+        "autoPrefer",
+        "choice",
+        "mode auto: dra where every check passes, or device-plugin everywhere (the node "
+        "still says whether DRA would work).",
+        "restart",
+        choices=AUTO_PREFERENCES,
     ),
     _option(
         "node_name",
