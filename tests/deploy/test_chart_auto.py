@@ -161,13 +161,13 @@ def test_the_node_policy_admits_only_the_daemons_own_label_and_reason() -> None:
     other = copy.deepcopy(good)
     other["metadata"]["name"] = "worker-2"
     assert "own Node" in str(admit(policy, update, other, node("worker-2", {"zone": "a"})))
-    for change in (
-        lambda n: n["metadata"]["labels"].update(zone="b"),
-        lambda n: n["metadata"]["labels"].update(extra="1"),
-        lambda n: n["metadata"]["labels"].pop("zone"),
+    for labels in (
+        {"zone": "b", LABEL: "dra"},
+        {"zone": "a", "x": "1", LABEL: "dra"},
+        {LABEL: "dra"},
     ):
         bad = copy.deepcopy(good)
-        change(bad)
+        bad["metadata"]["labels"] = labels  # another label changed, added, removed
         assert LABEL in str(admit(policy, update, bad, old))
     bad = copy.deepcopy(good)
     bad["metadata"]["annotations"].pop("keep")
