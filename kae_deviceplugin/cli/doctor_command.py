@@ -92,6 +92,7 @@ def doctor_command(
         cdi_dir=settings.cdi_dir,
         runtime_config=settings.runtime_config,
         cdi=settings.cdi,
+        state_dir=settings.state_dir,
     )
     rows = doctor.run_checks(targets)
     click.echo(doctor.render_json(rows) if output == "json" else doctor.render_table(rows))
