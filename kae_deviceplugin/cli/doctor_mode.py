@@ -26,3 +26,10 @@ def check_mode(mode: Mode, state_dir: Path) -> tuple[list[Row], Chosen]:
     last = recorded.last
     detail = f"{last.mode} (auto, {last.reason}): {recorded.detail}"
     return [Row("mode", Status.OK, detail)], last.mode
+
+
+def recorded_mode(state_dir: Path) -> Chosen:
+    """The mode ``mode: auto`` chose at the daemon's last start (the device plugin before it
+    chose): what ``list --mode auto`` shows."""
+    recorded = read_choice(state_dir)
+    return "device-plugin" if recorded is None else recorded.last.mode

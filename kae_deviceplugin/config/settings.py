@@ -28,6 +28,7 @@ LogFormat = Literal["text", "json"]
 # out of the slice instead (the behaviour before taints).
 UnhealthyTaint = Literal["NoSchedule", "NoExecute", "None", "omit"]
 MODES: tuple[Mode, ...] = get_args(Mode)
+FRONT_ENDS: tuple[Mode, ...] = ("device-plugin", "dra")  # what runs; auto picks one at start
 AUTO_PREFERENCES: tuple[AutoPrefer, ...] = get_args(AutoPrefer)
 REGISTRATIONS: tuple[Registration, ...] = get_args(Registration)
 LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
@@ -36,6 +37,7 @@ UNHEALTHY_TAINTS: tuple[UnhealthyTaint, ...] = get_args(UnhealthyTaint)
 
 __all__ = [
     "AUTO_PREFERENCES",
+    "FRONT_ENDS",
     "LOG_FORMATS",
     "LOG_LEVELS",
     "MODES",

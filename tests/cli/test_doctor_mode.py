@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from kae_deviceplugin.cli import doctor
@@ -75,3 +76,23 @@ def test_an_explicit_mode_is_the_configurations(tmp_path: Path) -> None:
     write_choice(state, decide(READY, "dra", None, NOW))
     [row] = doctor_auto(tmp_path, state, "device-plugin")["mode"]
     assert (row["status"], row["detail"]) == ("ok", "device-plugin: configured")
+
+
+def test_list_in_mode_auto_shows_the_mode_the_daemon_chose(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """list --mode auto (KAE_DP_MODE=auto in the pod) reads the recorded choice from
+    $KAE_DP_STATE_DIR: DRA's listing (each device's DRA name) once DRA was chosen, the device
+    plugin's before any choice."""
+    tree = FIXTURES / "kunpeng920-2p"
+    state = tmp_path / "state"
+    monkeypatch.setenv("KAE_DP_STATE_DIR", str(state))
+    args = ["list", "--mode", "auto", "-o", "json", "--sysfs-root", str(tree / "sys"),
+            "--dev-root", str(tree / "dev"), "--kubelet-root", str(tmp_path)]  # fmt: skip
+    before = CliRunner().invoke(main, args)
+    assert before.exit_code == 0, before.output
+    write_choice(state, decide(READY, "dra", None, NOW))
+    (tmp_path / "plugins" / "kae.openfuyao.com").mkdir(parents=True)  # the driver ran here
+    after = CliRunner().invoke(main, args)
+    assert after.exit_code == 0, after.output
+    assert "hpre-0000-79-00-0" in after.stdout and "hpre-0000-79-00-0" not in before.stdout

@@ -49,7 +49,8 @@ def named(objs: list[Obj], kind: str, suffix: str) -> Obj:
 
 
 def test_auto_pods_can_run_either_front_end() -> None:
-    """A token and the node's name (the API at start), KAE_DP_MODE=auto for doctor, the
+    """A token and the node's name (the API at start), KAE_DP_MODE=auto and the state directory
+    for doctor and list (they read the recorded choice), the
     device-plugin directory and the DRA driver's own, plugins_registry, the CDI directory
     and the runtime's config (read to choose); no surge (a device plugin cannot run twice)."""
     objs = render(None, AUTO)
@@ -57,6 +58,7 @@ def test_auto_pods_can_run_either_front_end() -> None:
     assert spec["automountServiceAccountToken"] is True
     env = env_of(objs)
     assert env["KAE_DP_MODE"]["value"] == "auto"
+    assert env["KAE_DP_STATE_DIR"]["value"] == "/var/lib/kae-deviceplugin"  # list, doctor
     assert {"NODE_NAME", "POD_UID"} <= set(env)
     mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
     assert {
