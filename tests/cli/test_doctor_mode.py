@@ -96,3 +96,22 @@ def test_list_in_mode_auto_shows_the_mode_the_daemon_chose(
     after = CliRunner().invoke(main, args)
     assert after.exit_code == 0, after.output
     assert "hpre-0000-79-00-0" in after.stdout and "hpre-0000-79-00-0" not in before.stdout
+
+
+def test_doctor_in_the_pod_reads_the_state_dir_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KAE_DP_MODE=auto and KAE_DP_STATE_DIR (the chart's auto pods set both, no --config):
+    doctor finds the recorded choice there."""
+    state = tmp_path / "state"
+    write_choice(state, decide(Facts(True, False), "dra", None, NOW))
+    monkeypatch.setenv("KAE_DP_MODE", "auto")
+    monkeypatch.setenv("KAE_DP_STATE_DIR", str(state))
+    tree = FIXTURES / "kunpeng920-2p"
+    result = CliRunner().invoke(main, [
+        "doctor", "-o", "json", "--sysfs-root", str(tree / "sys"), "--dev-root",
+        str(tree / "dev"), "--nfd-features-file", "", "--metrics-address", "",
+        "--kubelet-root", str(tmp_path),
+    ])  # fmt: skip
+    [row] = by_check(json.loads(result.stdout))["mode"]
+    assert row["detail"].startswith("device-plugin (auto, no-dra-v1-api): "), row
