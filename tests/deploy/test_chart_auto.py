@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from tests.deploy.test_chart_dra import DRA_KINDS, daemonsets, env_of, is_dra
+from tests.deploy.test_chart_dra_configs import kubernetes_validate
 from tests.deploy.test_chart_dra_policy import admit, request
 from tests.deploy.test_deploy import (
     CHART,
@@ -178,3 +179,13 @@ def test_the_node_policy_admits_only_the_daemons_own_label_and_reason() -> None:
     bad["spec"]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
     assert "spec" in str(admit(policy, update, bad, old))
     assert "names no node" in str(admit(policy, request("UPDATE", None), good, old))
+
+
+def test_auto_objects_pass_kubernetes_validate_and_helm_lint(tmp_path: Path) -> None:
+    """Every object the chart renders with mode auto (the Role and RoleBinding in default, the
+    Node admission policy among them) passes kubernetes-validate --strict at 1.34 and the
+    newest, and `helm lint --strict` is clean."""
+    out = kubernetes_validate(render(None, AUTO, "configs.dp.mode=device-plugin"), tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = helm_run("lint", "--strict", str(CHART), "--namespace", NAMESPACE, "--set", AUTO)
+    assert out.returncode == 0, out.stdout + out.stderr
