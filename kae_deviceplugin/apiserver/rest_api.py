@@ -27,14 +27,13 @@ from kae_deviceplugin.apiserver.http_pool import Pool
 from kae_deviceplugin.apiserver.kubeconfig import check_service_account, load_kubeconfig
 from kae_deviceplugin.apiserver.rest_errors import EventError, Refused, Silent, translated
 from kae_deviceplugin.apiserver.seam import JsonObject, Kind, WatchStart
-from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, ApiError, KubeconfigError
+from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, KubeconfigError
 
 FIELD_MANAGER = "kae-deviceplugin"
 REQUEST_TIMEOUT = 10.0  # per call: a slow API server must not wedge a kubelet call for 45 s
 WATCH_SECONDS = 300  # the server ends a watch this quiet cleanly, and it is resumed
 WATCH_SILENCE = WATCH_SECONDS + 30.0  # longer without a line or the end: the stream is broken
 APPLY = "application/apply-patch+yaml"  # JSON is YAML: the body is the object's JSON
-MERGE_PATCH = "application/merge-patch+json"
 USER_AGENT = "kae-deviceplugin"
 
 
@@ -104,30 +103,6 @@ class RestApi:
             content_type=APPLY,
         )
         return applied
-
-    async def merge_patch(self, kind: Kind, name: str, body: JsonObject) -> JsonObject:
-        """A JSON merge patch (RFC 7386) of ``body`` onto the object: what it does not name is
-        left as it is (a Node's labels that the kubelet and others own); a key set to None is
-        removed. ``mode: auto`` writes its Node's label and annotation so."""
-        path = self._path(kind, None, name)
-        query = {"fieldManager": FIELD_MANAGER}
-        patched: JsonObject = await self._call(
-            "patch", kind, name, "PATCH", path, query=query, body=body, content_type=MERGE_PATCH
-        )
-        return patched
-
-    async def serves(self, group: str, version: str) -> bool:
-        """Whether the API server serves ``group/version`` (its discovery document, ``GET
-        /apis/<group>/<version>``, answers; a 404 says it does not). Other refusals raise."""
-        kind = Kind(group, version, "APIResourceList", "apis", namespaced=False)
-        path = "/".join([self.target.prefix, "apis", group, version])
-        try:
-            await self._call("discover", kind, f"{group}/{version}", "GET", path)
-        except ApiError as err:
-            if err.status == 404:
-                return False
-            raise
-        return True
 
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
         await self._call("delete", kind, name, "DELETE", self._path(kind, namespace, name))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from kae_deviceplugin.apiserver.rest_api import RestApi
+from kae_deviceplugin.apiserver.node_api import NodeApi
 from kae_deviceplugin.apiserver.seam import DEVICE_CLASSES, NODES, JsonObject, Kind
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container.runtime_cdi import CONTAINERD_CONFIG, ISULAD_CONFIG, runtime_of
@@ -61,7 +61,7 @@ def class_name(engine: str) -> str:
     return f"{engine}.{DRA_DRIVER}"
 
 
-async def _extended_resources(api: RestApi, engines: list[str]) -> tuple[bool | None, str]:
+async def _extended_resources(api: NodeApi, engines: list[str]) -> tuple[bool | None, str]:
     """Whether every enabled engine's DeviceClass kept its ``extendedResourceName``."""
     for engine in engines:
         name = class_name(engine)
@@ -82,7 +82,7 @@ async def _extended_resources(api: RestApi, engines: list[str]) -> tuple[bool | 
     return True, ""
 
 
-async def read_facts(api: RestApi, node: str, settings: Settings) -> tuple[Facts, JsonObject]:
+async def read_facts(api: NodeApi, node: str, settings: Settings) -> tuple[Facts, JsonObject]:
     """The facts, and the Node as read (empty where the API did not answer)."""
     try:
         async with asyncio.timeout(START_DEADLINE):
@@ -106,7 +106,7 @@ def _label_of(node: JsonObject) -> Chosen | None:
     return value if value in ("device-plugin", "dra") else None
 
 
-async def _decide(settings: Settings, node: str, api: RestApi) -> Decision:
+async def _decide(settings: Settings, node: str, api: NodeApi) -> Decision:
     try:
         facts, found = await read_facts(api, node, settings)
     finally:
@@ -119,7 +119,7 @@ async def _decide(settings: Settings, node: str, api: RestApi) -> Decision:
     return Decision(choice, previous)
 
 
-def choose(settings: Settings, node: str, api: RestApi) -> Decision:
+def choose(settings: Settings, node: str, api: NodeApi) -> Decision:
     """Decide before the daemon's loop starts (its own short loop); logs the choice."""
     decision = asyncio.run(_decide(settings, node, api))
     choice = decision.choice
@@ -159,7 +159,7 @@ def mode_event(node: JsonObject, decision: Decision, now: datetime) -> JsonObjec
     }
 
 
-async def mark_node(api: RestApi, node: str, decision: Decision) -> None:
+async def mark_node(api: NodeApi, node: str, decision: Decision) -> None:
     """Label and annotate the Node (ApiError if refused), then an Event if the mode changed."""
     patched = await api.merge_patch(NODES, node, node_patch(decision.choice))
     previous = decision.previous
@@ -175,7 +175,7 @@ class MarkNode:
     """The root task that says the choice on the Node, retrying (with backoff) until it is
     taken: an API server away at start, an RBAC or admission refusal someone then fixes."""
 
-    def __init__(self, api: RestApi, node: str, decision: Decision) -> None:
+    def __init__(self, api: NodeApi, node: str, decision: Decision) -> None:
         self.api, self.node, self.decision = api, node, decision
         self.backoff = Backoff(*MARK_BACKOFF)
         self.done = asyncio.Event()
@@ -203,6 +203,6 @@ def start_auto(settings: Settings, label: Label) -> tuple[Settings, MarkNode]:
     refuses them), the decision, the settings with the chosen mode, and the task that says it
     on the Node."""
     node = node_name(settings)
-    decision = choose(settings, node, client(settings, label))
+    decision = choose(settings, node, NodeApi.of(client(settings, label)))
     chosen = dataclasses.replace(settings, mode=decision.choice.mode)
-    return chosen, MarkNode(client(settings, label), node, decision)
+    return chosen, MarkNode(NodeApi.of(client(settings, label)), node, decision)
