@@ -205,3 +205,17 @@ def test_no_api_answer_and_no_previous_choice_serves_the_device_plugin(
         api.back()
         assert api.wait_for(lambda: labelled(api, "device-plugin"), RETRY), daemon.describe()
         assert reason_of(api).startswith("no-api-answer: ")
+
+
+def test_an_explicit_mode_says_configured_and_labels_nothing(
+    api: HttpApiServer, node: DraNode
+) -> None:
+    """serve --mode dra: kae_mode_info says dra, configured; no discovery, no Node patch (the
+    label is mode auto's alone)."""
+    seed_cluster(api)
+    with dra_process(node, api) as daemon:
+        series = mode_series(daemon)
+        assert series == ['kae_mode_info{configured="dra",mode="dra",reason="configured"} 1.0']
+    asked = {(r.verb, r.resource) for r in api.faults.log}
+    assert not asked & {("discover", "apis"), ("patch", "nodes")}, asked
+    assert MODE_LABEL not in the_node(api)["metadata"]["labels"]
