@@ -16,6 +16,7 @@ import yaml
 
 from tests.deploy.test_chart_dra import DRA_KINDS, daemonsets, env_of, is_dra
 from tests.deploy.test_chart_dra_configs import kubernetes_validate
+from tests.deploy.test_chart_options import rendered_notes
 from tests.deploy.test_chart_dra_policy import admit, request
 from tests.deploy.test_deploy import (
     CHART,
@@ -189,3 +190,14 @@ def test_auto_objects_pass_kubernetes_validate_and_helm_lint(tmp_path: Path) -> 
     assert out.returncode == 0, out.stdout + out.stderr
     out = helm_run("lint", "--strict", str(CHART), "--namespace", NAMESPACE, "--set", AUTO)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_notes_say_how_to_read_each_nodes_choice(tmp_path: Path) -> None:
+    """With mode auto NOTES names the label and the reason annotation to read, and does not
+    claim DRA runs where a configuration says mode: dra (none does); with an explicit DRA
+    configuration beside it, both."""
+    notes = rendered_notes(tmp_path / "a", "--set", AUTO)
+    assert "kubectl get nodes -L openfuyao.com/kae.mode" in notes
+    assert "mode-reason}" in notes and "DRA mode (driver" not in notes
+    both = rendered_notes(tmp_path / "b", "--set", AUTO, "--set", "configs.d.mode=dra")
+    assert "mode-reason}" in both and "DRA mode (driver" in both
