@@ -16,8 +16,8 @@ import yaml
 
 from tests.deploy.test_chart_dra import DRA_KINDS, daemonsets, env_of, is_dra
 from tests.deploy.test_chart_dra_configs import kubernetes_validate
-from tests.deploy.test_chart_options import rendered_notes
 from tests.deploy.test_chart_dra_policy import admit, request
+from tests.deploy.test_chart_options import rendered_notes
 from tests.deploy.test_deploy import (
     CHART,
     NAMESPACE,
