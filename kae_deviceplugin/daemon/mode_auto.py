@@ -6,7 +6,8 @@ discovery of ``resource.k8s.io/v1``, this node's Node (kubelet version, runtime)
 runtime's config file as the DRA driver reads it, and the engines' DeviceClasses read back
 (``extendedResourceName`` survives only where the API server has DRAExtendedResource on: a
 field whose feature is off is dropped silently). No answer within ``START_DEADLINE`` is the
-soft reason ``no-api-answer``: the device plugin, which today's pods need nothing else for.
+soft reason ``no-api-answer``: the device plugin, which today's pods need nothing else for
+(unless the node chose DRA from full facts within ``mode_choice.DAMPING``: it keeps DRA).
 
 Then a root task of the running daemon labels the Node ``openfuyao.com/kae.mode=<mode>``,
 annotates it with the reason (a label cannot hold free text) and, when the node's mode changed
@@ -50,8 +51,8 @@ MARK_BACKOFF: Final = (2.0, 300.0)  # first and longest wait before labelling ag
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """What the start decided: the choice, the mode before it (the Node's label, else the
-    state file's), and whether the API answered (then the Node is labelled at once)."""
+    """What the start decided: the choice, and the mode before it (the Node's label, else the
+    state file's; None on a first choice), which tells whether an Event is due."""
 
     choice: Choice
     previous: Chosen | None
