@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kae_deviceplugin.cli.allocations import endpoint_url
 from kae_deviceplugin.cli.checks import Row, Status
 from kae_deviceplugin.cli.doctor_facts import check_node_facts
+from kae_deviceplugin.cli.doctor_mode import check_mode
 from kae_deviceplugin.cli.hardware import check_hardware
 from kae_deviceplugin.config.settings import Mode
 from kae_deviceplugin.container.runtime_cdi import config_paths, from_configs
@@ -60,6 +61,7 @@ class Targets:
     cdi_dir: Path = Path("/var/run/cdi")
     runtime_config: Path | None = None  # the runtime's config file; None: its own path
     cdi: bool = False  # device plugin: devices named as CDI devices in Allocate
+    state_dir: Path = Path("/var/lib/kae-deviceplugin")  # mode auto: the choice recorded there
 
 
 def check_uacce_class(sysfs_root: Path, inventory: Inventory, hardware: bool) -> list[Row]:
@@ -224,7 +226,9 @@ def run_checks(
     if facts is not None:
         rows += check_node_facts(facts, inventory, proc_root_for(targets.sysfs_root))
     rows += check_dev_nodes(targets.dev_root, inventory)
-    dra = targets.mode == "dra"
+    mode_rows, mode = check_mode(targets.mode, targets.state_dir)
+    rows = mode_rows + rows
+    dra = mode == "dra"
     rows += check_dra(targets, inventory, connect) if dra else check_kubelet(targets.kubelet_root)
     if targets.cdi and not dra:
         rows += check_configured_cdi(targets.runtime_config)

@@ -29,7 +29,7 @@ from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.observability import logs
 
 # The parameters that are settings; --metrics-address is not among them (see the docstring).
-_SETTINGS = ("sysfs_root", "dev_root", "kubelet_root", "nfd_features_file", "mode")
+_SETTINGS = ("sysfs_root", "dev_root", "kubelet_root", "nfd_features_file", "mode", "state_dir")
 _DRA_SETTINGS = ("node_name", "kubeconfig", "cdi_dir")
 _GIVEN = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
 
@@ -59,6 +59,7 @@ def _settings(ctx: click.Context, config_path: Path | None, params: dict[str, An
     help="The NFD feature file the daemon writes; empty skips the check.",
 )
 @setting_option("mode")
+@setting_option("state_dir")
 @setting_option("node_name")
 @setting_option("kubeconfig")
 @setting_option("cdi_dir")
@@ -92,6 +93,7 @@ def doctor_command(
         cdi_dir=settings.cdi_dir,
         runtime_config=settings.runtime_config,
         cdi=settings.cdi,
+        state_dir=settings.state_dir,
     )
     rows = doctor.run_checks(targets)
     click.echo(doctor.render_json(rows) if output == "json" else doctor.render_table(rows))

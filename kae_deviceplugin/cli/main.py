@@ -24,7 +24,8 @@ from kae_deviceplugin.cli.options import (
 from kae_deviceplugin.cli.serve import serve_options, settings_or_exit
 from kae_deviceplugin.cli.serve_args import PROG, unknown_variables
 from kae_deviceplugin.config.resolve import check_config
-from kae_deviceplugin.config.settings import MODES
+from kae_deviceplugin.config.schema import default_of
+from kae_deviceplugin.config.settings import FRONT_ENDS
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.errors import ScanDeferred
@@ -84,6 +85,11 @@ def list_command(
     from kae_deviceplugin.cli.listing import render_json, render_table  # noqa: PLC0415
 
     logs.configure(log_level, "text")
+    if mode.lower() == "auto":  # what the daemon chose at its start, in its state directory
+        from kae_deviceplugin.cli.doctor_mode import recorded_mode  # noqa: PLC0415
+
+        state_dir = os.environ.get("KAE_DP_STATE_DIR") or str(default_of("state_dir"))
+        mode = recorded_mode(Path(state_dir))
     dra = mode.lower() == "dra"
     if allocations and dra:
         raise BadInvocation("--allocations lists the device plugin's pods; --mode dra shows claims")
@@ -162,8 +168,8 @@ main.add_command(doctor_command)
 )
 @option(
     "--mode",
-    type=click.Choice(MODES, case_sensitive=False),
-    default=MODES[0],
+    type=click.Choice(FRONT_ENDS, case_sensitive=False),
+    default=FRONT_ENDS[0],
     show_default=True,
     help="dra: the DRA driver's tour instead: the node's ResourceSlices, a claim by capability "
     "and NUMA node allocated from them, prepared by the driver, its CDI spec and what the "

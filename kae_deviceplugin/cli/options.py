@@ -69,5 +69,6 @@ list_mode_option = option(
     default=MODES[0],
     show_default=True,
     help="dra also shows each device's DRA device name and the claim holding it (read from "
-    "the driver's checkpoint under --kubelet-root).",
+    "the driver's checkpoint under --kubelet-root); auto: the mode the daemon chose at its "
+    "start (recorded in $KAE_DP_STATE_DIR, else the default state directory).",
 )

@@ -1,5 +1,6 @@
-"""One row of the settings table (``config.schema``): the setting's field, file key, rule, kind,
-help and reload behaviour, and how its flag and ``KAE_DP_*`` variable are spelled."""
+"""One row of the settings table (:mod:`kae_deviceplugin.config.schema`): the ``Option`` record,
+how a row is made from its kind, and each setting's default. Apart from the table, so the table
+stays a page of rows."""
 
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ def option(
     rule: rules.Rule | None = None,
     **extra: str | tuple[str, ...],
 ) -> Option:
+    """A row of the table: the rule follows from ``kind`` unless given (a choice's from its
+    ``choices``)."""
     rule = rule or {
         "duration": rules.scan_interval,
         "boolean": rules.boolean,

@@ -106,14 +106,14 @@ def _build(
     )
 
 
-NODE_NAME_VARIABLE = "NODE_NAME"  # the downward API's node name, DRA mode's fallback
+NODE_NAME_VARIABLE = "NODE_NAME"  # the downward API's node name, DRA's and auto's fallback
 
 
 def check_node_name_variable(settings: Settings, environ: Mapping[str, str]) -> None:
     """Judge $NODE_NAME by ``--node-name``'s rule where DRA mode will take it (no node name set):
     a bad one is an InvalidConfig naming the variable, as a bad flag value is."""
     value = environ.get(NODE_NAME_VARIABLE)
-    if settings.mode != "dra" or settings.node_name or not value:
+    if settings.mode == "device-plugin" or settings.node_name or not value:
         return
     try:
         node_name(value)

@@ -16,6 +16,7 @@ from kae_deviceplugin.config.kinds import RELOAD_TEXT, Kind, Reload, show_value
 from kae_deviceplugin.config.option import ENV_PREFIX, Option, default_of
 from kae_deviceplugin.config.option import option as _option
 from kae_deviceplugin.config.settings import (
+    AUTO_PREFERENCES,
     LOG_FORMATS,
     LOG_LEVELS,
     MODES,
@@ -26,8 +27,8 @@ from kae_deviceplugin.core.ids import MAX_SHARES
 from kae_deviceplugin.core.placement import POLICIES
 from kae_deviceplugin.core.views import FUNCTIONS
 
-# Kind, Reload, RELOAD_TEXT and show_value live in kinds.py, ENV_PREFIX, Option and default_of in
-# option.py (the row's type), re-exported here.
+# Kind, Reload, RELOAD_TEXT and show_value live in kinds.py, Option, ENV_PREFIX and default_of
+# in option.py, re-exported here.
 # fmt: off
 __all__ = ["ENABLE_ENGINES_FLAG", "ENGINE_FIELDS", "ENV_PREFIX", "OPTIONS", "OPTIONS_BY_FIELD",
            "RELOAD_TEXT", "Kind", "Option", "Reload", "default_of", "restart_only", "show_value"]
@@ -97,10 +98,20 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "mode",
         "mode",
         "choice",
-        "Which front end manages the devices: device-plugin (kubelet resources) or dra "
-        "(ResourceSlices and claims); one per node, never both.",
+        "Which front end manages the devices: device-plugin (kubelet resources), dra "
+        "(ResourceSlices and claims), or auto (chosen at start from what the node and the "
+        "API server support, docs/modes.md); one per node, never both.",
         "restart",
         choices=MODES,
+    ),
+    _option(
+        "auto_prefer",
+        "autoPrefer",
+        "choice",
+        "mode auto: dra where every check passes, or device-plugin everywhere (the node "
+        "still says whether DRA would work).",
+        "restart",
+        choices=AUTO_PREFERENCES,
     ),
     _option(
         "node_name",

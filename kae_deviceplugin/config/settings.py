@@ -17,7 +17,10 @@ from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.placement import PolicyName
 from kae_deviceplugin.core.views import EngineSettings
 
-Mode = Literal["device-plugin", "dra"]
+Mode = Literal["device-plugin", "dra", "auto"]
+# mode auto's bias: dra where every check passes (the default), or the device plugin everywhere
+# while the node still says whether DRA would work (docs/modes.md).
+AutoPrefer = Literal["dra", "device-plugin"]
 Registration = Literal["auto", "kubelet-socket", "plugin-watcher"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["text", "json"]
@@ -25,17 +28,22 @@ LogFormat = Literal["text", "json"]
 # out of the slice instead (the behaviour before taints).
 UnhealthyTaint = Literal["NoSchedule", "NoExecute", "None", "omit"]
 MODES: tuple[Mode, ...] = get_args(Mode)
+FRONT_ENDS: tuple[Mode, ...] = ("device-plugin", "dra")  # what runs; auto picks one at start
+AUTO_PREFERENCES: tuple[AutoPrefer, ...] = get_args(AutoPrefer)
 REGISTRATIONS: tuple[Registration, ...] = get_args(Registration)
 LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
 LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
 UNHEALTHY_TAINTS: tuple[UnhealthyTaint, ...] = get_args(UnhealthyTaint)
 
 __all__ = [
+    "AUTO_PREFERENCES",
+    "FRONT_ENDS",
     "LOG_FORMATS",
     "LOG_LEVELS",
     "MODES",
     "REGISTRATIONS",
     "UNHEALTHY_TAINTS",
+    "AutoPrefer",
     "EngineSettings",
     "EnvSettings",
     "LogFormat",
@@ -79,8 +87,9 @@ class Settings:
     host_dev_root: Path | None = None
     scan_interval: float = 1.0
     # Which front end manages the devices: one per node, never both (the kubelet would hand one
-    # device out twice).
+    # device out twice); auto chooses one at start (daemon/mode_choice.py).
     mode: Mode = "device-plugin"
+    auto_prefer: AutoPrefer = "dra"  # mode auto: the operator's bias (docs/modes.md)
     node_name: str | None = None  # DRA: the node's name; None takes $NODE_NAME (downward API)
     kubeconfig: Path | None = None  # DRA: a kubeconfig file; None is the pod's service account
     # DRA: the runtime's config file, to tell whether it applies CDI; None: its default path.

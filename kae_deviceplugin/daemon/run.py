@@ -34,6 +34,7 @@ from kae_deviceplugin.deviceplugin.frontend import DevicePluginFrontEnd
 from kae_deviceplugin.deviceplugin.registrars import choose_registrar
 from kae_deviceplugin.errors import KaeDevicePluginError
 from kae_deviceplugin.observability import http, nfd
+from kae_deviceplugin.observability.metrics import register_mode_info
 
 log = logging.getLogger(__name__)
 
@@ -110,17 +111,35 @@ def build_daemon(
 def build_for_mode(
     settings: Settings, source: ConfigSource | None = None, label: Label | None = None
 ) -> Daemon[Any]:
-    """The daemon of the mode the settings name, with every optional task; ``label`` names a
-    setting in a refusal as the user wrote it (default: the file's key, else the flag)."""
-    if settings.mode != "dra":
-        return build_daemon(settings, source)
-    # Imported here, not at the top: device-plugin mode must load none of DRA's modules.
-    from kae_deviceplugin.daemon.run_dra import build_dra_daemon  # noqa: PLC0415
+    """The daemon of the mode the settings name (``auto``: the one chosen now), with every
+    optional task; ``label`` names a setting in a refusal as the user wrote it (default: the
+    file's key, else the flag)."""
+    configured, reason, mark = settings.mode, "configured", None
+    if settings.mode == "auto":
+        # Imported here: an explicit device-plugin mode loads no API client.
+        from kae_deviceplugin.daemon.mode_auto import start_auto  # noqa: PLC0415
 
-    daemon = build_dra_daemon(settings, source, Counters(), label)
-    for task in optional_tasks(settings, daemon):
-        daemon.add_task(task)
+        settings, mark = start_auto(settings, label or _label_of(source))
+        reason = mark.decision.choice.reason.code
+        if source is not None:  # a reload keeps the mode chosen now, as a flag's, unwarned
+            source.overrides["mode"] = settings.mode
+    if settings.mode != "dra":
+        daemon: Daemon[Any] = build_daemon(settings, source)
+    else:
+        # Imported here, not at the top: device-plugin mode must load none of DRA's modules.
+        from kae_deviceplugin.daemon.run_dra import build_dra_daemon  # noqa: PLC0415
+
+        daemon = build_dra_daemon(settings, source, Counters(), label)
+        for task in optional_tasks(settings, daemon):
+            daemon.add_task(task)
+    register_mode_info(daemon.counters.registry, configured, settings.mode, reason)
+    if mark is not None:
+        daemon.add_task(mark.run)
     return daemon
+
+
+def _label_of(source: ConfigSource | None) -> Label:
+    return source.label if source is not None else flag_of
 
 
 def run_serve(

@@ -4,59 +4,25 @@ node never imports the API client, the DRA protos or the DRA front end (a test s
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import Any
 
 from kae_deviceplugin.apiserver.hints import HintedApi
 from kae_deviceplugin.apiserver.paced import PacedApi
-from kae_deviceplugin.apiserver.rest_api import RestApi, connect
 from kae_deviceplugin.config.reload import ConfigSource
-from kae_deviceplugin.config.resolve import check_node_name_variable
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.daemon.api_access import client as _client
+from kae_deviceplugin.daemon.api_access import node_name
 from kae_deviceplugin.daemon.preflight import Label, flag_of
 from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats
 from kae_deviceplugin.dra.api import plugin_dir
 from kae_deviceplugin.dra.frontend import DraFrontEnd
-from kae_deviceplugin.errors import (
-    EXIT_ENVIRONMENT,
-    EXIT_USAGE,
-    InvalidConfig,
-    KubeconfigError,
-    StartupError,
-)
+from kae_deviceplugin.errors import EXIT_ENVIRONMENT, StartupError
 
-
-def node_name(settings: Settings) -> str:
-    """``--node-name``, else $NODE_NAME; a refusal naming both when neither is set."""
-    try:
-        check_node_name_variable(settings, os.environ)  # as --node-name's own rule judges it
-    except InvalidConfig as err:
-        raise StartupError(str(err), code=EXIT_USAGE) from None
-    name = settings.node_name or os.environ.get("NODE_NAME", "")
-    if not name:
-        raise StartupError(
-            "--mode dra needs the node's name: set --node-name (KAE_DP_NODE_NAME) or NODE_NAME",
-            code=EXIT_USAGE,
-        )
-    return name
-
-
-def _client(settings: Settings, label: Label) -> RestApi:
-    """The API client, or a refusal naming the kubeconfig where it was set (``label``: its
-    flag, variable or file key) and what is wrong with it; exit 2 for a file that is no
-    kubeconfig, 3 for one the daemon cannot read or a pod without its service account."""
-    try:
-        return connect(settings.kubeconfig)
-    except KubeconfigError as err:
-        if settings.kubeconfig is None:  # only then is a kubeconfig the suggestion
-            raise StartupError(
-                f"{err}; outside a pod pass --kubeconfig FILE", code=err.exit_code
-            ) from None
-        raise StartupError(f"{label('kubeconfig')} {err}", code=err.exit_code) from None
+__all__ = ["build_dra_daemon", "node_name"]
 
 
 def build_dra_daemon(

@@ -123,7 +123,8 @@ def _engine_cell(summary: NodeSummary, engine: str) -> str:
 @cli.command()
 @common
 def nodes(access: Access, output: str) -> None:
-    """One row per node with KAE devices: mode, and per engine total/healthy/allocated/free."""
+    """One row per node with KAE devices: mode (and, where mode auto chose it, why), and per
+    engine total/healthy/allocated/free."""
     summaries = summarize(_read(access, read_cluster))
     if output == "json":
         click.echo(as_json([s.as_json() for s in summaries]), nl=False)
@@ -132,6 +133,10 @@ def nodes(access: Access, output: str) -> None:
     extra = sorted({e for s in summaries for e in s.engines} - set(engines))
     headers = ["NODE", "MODE", *[f"{e.upper()} T/H/A/F" for e in [*engines, *extra]]]
     rows = [[s.node, s.mode, *[_engine_cell(s, e) for e in [*engines, *extra]]] for s in summaries]
+    if any(s.reason for s in summaries):  # mode auto chose somewhere: why, beside the mode
+        headers.insert(2, "WHY")
+        for row, summary in zip(rows, summaries, strict=True):
+            row.insert(2, summary.reason or "-")
     click.echo(table(headers, rows), nl=False)
 
 

@@ -30,6 +30,8 @@ from kae_deviceplugin.kubectl.cluster import (
 from kae_deviceplugin.kubectl.pool import Pool, PoolDevice
 
 DRA, DEVICE_PLUGIN = "dra", "device-plugin"
+# What a daemon in mode auto writes on its Node: the reason of its choice, "<code>: <detail>".
+REASON_ANNOTATION = "openfuyao.com/kae.mode-reason"
 
 
 @dataclass
@@ -45,6 +47,7 @@ class NodeSummary:
     node: str
     mode: str
     engines: dict[str, EngineCount] = field(default_factory=dict)
+    reason: str = ""  # mode auto's reason code on the Node ("" where no daemon chose)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +97,12 @@ def node_mode(cluster: Cluster, node: str) -> str | None:
     return None
 
 
+def auto_reason(node: JsonObject) -> str:
+    """The reason code mode auto wrote on ``node`` (``cdi-off``), "" where none did."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(REASON_ANNOTATION, "")).partition(":")[0].strip()
+
+
 def summarize(cluster: Cluster) -> list[NodeSummary]:
     """One summary per node with KAE devices, by node name."""
     pool = cluster.pool
@@ -103,4 +112,7 @@ def summarize(cluster: Cluster) -> list[NodeSummary]:
             continue
         if found := _plugin_node(node, cluster.holding_pods(name_of(node))):
             summaries.append(found)
+    reasons = {name_of(node): auto_reason(node) for node in cluster.nodes}
+    for summary in summaries:
+        summary.reason = reasons.get(summary.node, "")
     return sorted(summaries, key=lambda s: s.node)

@@ -29,7 +29,9 @@ from kae_deviceplugin.kubelet.podresources import Allocations
 from kae_deviceplugin.observability.node_metrics import node_fact_families
 from kae_deviceplugin.observability.queue_metrics import queue_families
 from kae_deviceplugin.prometheus_lite import (
+    CollectorRegistry,
     CounterMetricFamily,
+    Gauge,
     GaugeMetricFamily,
     Metric,
     choose_encoder,
@@ -240,3 +242,18 @@ def exposition(snapshot: Snapshot, counters: Counters, accept: str = "") -> tupl
     """The body and content type of a scrape, in the format the scraper's Accept header asks."""
     encoder, content_type = choose_encoder(accept)
     return encoder(SnapshotCollector(snapshot, counters)), content_type
+
+
+def register_mode_info(
+    registry: CollectorRegistry, configured: str, mode: str, reason: str
+) -> None:
+    """``kae_mode_info{mode, reason, configured}`` = 1: the front end this daemon runs, the
+    reason's code (``configured`` for an explicit mode; ``mode: auto``'s rows in docs/modes.md,
+    a fixed set, so the series stay few) and the configured ``mode``. Set once at start."""
+    info = Gauge(
+        "kae_mode_info",
+        "The mode this daemon serves (always 1): mode, why (a fixed code) and the configured mode.",
+        ["mode", "reason", "configured"],
+        registry=registry,
+    )
+    info.labels(mode, reason, configured).set(1)

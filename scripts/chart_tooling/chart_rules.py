@@ -45,6 +45,7 @@ CHART_VALUES: Final[Mapping[str, str]] = {
     "config.dra.sharedEngines": "shared_engines",
     "config.dra.runtimeConfig": "runtime_config",
     "config.mode": "mode",
+    "config.autoPrefer": "auto_prefer",
 }
 # Chart values that may also be empty, meaning "not set here": config.mode follows dra.enabled.
 OPTIONAL_VALUES: Final = frozenset({"config.mode"})

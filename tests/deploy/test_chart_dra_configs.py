@@ -118,14 +118,15 @@ def test_only_device_plugin_configurations_render_no_dra_objects(tmp_path: Path)
 
 
 def test_a_mode_the_daemon_does_not_have_is_refused() -> None:
-    """config.mode and a configuration's mode are device-plugin, dra or empty, and the refusal
-    names the value where it was written and says so."""
+    """config.mode and a configuration's mode are device-plugin, dra, auto or empty, and the
+    refusal names the value where it was written and says so."""
     for bad, where in (
         ("config.mode=both", "config.mode"),
         ("configs.x.mode=DRA-ish", "configs.x.mode"),
     ):
         out = helm_run("template", "kae", str(CHART), "--set", bad)
-        want = f'{where}: "{bad.partition("=")[2]}" must be one of device-plugin, dra, or empty'
+        value = bad.partition("=")[2]
+        want = f'{where}: "{value}" must be one of device-plugin, dra, auto, or empty'
         assert out.returncode != 0 and want in out.stderr, out.stderr
 
 

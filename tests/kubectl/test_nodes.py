@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kae_deviceplugin.daemon import mode_auto
+from kae_deviceplugin.kubectl.nodes import REASON_ANNOTATION
 from tests.kubectl.cluster import DRA_1, HPRE_2, PLUGIN, claim, kubectl_kae, pod
 from tests.support.dra_claims import Result as Allocated
 from tests.support.http_apiserver import HttpApiServer
@@ -24,6 +26,7 @@ EXPECTED = [
             "sec": _counts(2, 2, 0, 2),
             "zip": _counts(2, 2, 1, 1),  # a share of zip-0000-75-00-0 held by team-b/z1
         },
+        "reason": "",
     },
     {
         "node": "worker-2",
@@ -33,6 +36,7 @@ EXPECTED = [
             "sec": _counts(3, 0, 0, 0),
             "zip": _counts(2, 1, 0, 1),
         },
+        "reason": "",
     },
     {
         "node": "worker-3",
@@ -42,6 +46,7 @@ EXPECTED = [
             "sec": _counts(2, 1, 0, 1),  # allocatable 1 of capacity 2: one unhealthy
             "zip": _counts(2, 2, 0, 2),
         },
+        "reason": "",
     },
 ]
 
@@ -91,3 +96,29 @@ def test_pods_are_listed_only_for_device_plugin_nodes(api: HttpApiServer, tmp_pa
     assert api.faults.count("list", "pods") == 0
     assert kubectl_kae(api, tmp_path, "nodes").exit_code == 0
     assert api.faults.count("list", "pods") == 1
+
+
+def test_nodes_mode_auto_chose_show_why(api: HttpApiServer, tmp_path: Path) -> None:
+    """Where a daemon in mode auto annotated its Node with its reason, the table gains a WHY
+    column (its code; "-" on nodes no daemon chose for) and the JSON a reason."""
+    assert REASON_ANNOTATION == mode_auto.REASON_ANNOTATION  # the key the daemon writes
+    reasons = {
+        DRA_1: "dra-ready: kubelet v1.37.2, containerd 2.1.4 applies CDI, limits: served",
+        PLUGIN: "cdi-off: containerd 1.7.35 does not apply CDI devices: set enable_cdi",
+    }
+    for name, reason in reasons.items():
+        found = api.store.get("nodes", None, name)
+        found["metadata"]["annotations"] = {REASON_ANNOTATION: reason}
+        api.store.replace("nodes", None, name, found)
+    result = kubectl_kae(api, tmp_path, "nodes")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "NODE       MODE            WHY         HPRE T/H/A/F   SEC T/H/A/F   ZIP T/H/A/F",
+        "worker-1   dra             dra-ready   2/2/1/1        2/2/0/2       2/2/1/1",
+        "worker-2   dra             -           2/0/0/0        3/0/0/0       2/1/0/1",
+        "worker-3   device-plugin   cdi-off     2/2/1/1        2/1/0/1       2/2/0/2",
+    ]
+    listed = json.loads(kubectl_kae(api, tmp_path, "nodes", "-o", "json").stdout)
+    assert {n["node"]: n["reason"] for n in listed} == {
+        DRA_1: "dra-ready", "worker-2": "", PLUGIN: "cdi-off"
+    }  # fmt: skip

@@ -9,6 +9,7 @@ a clean end of stream, an ERROR event holding a 410 Status, or a line that is no
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 from tests.support.apiserver_fields import JsonObject
@@ -51,10 +52,36 @@ def apply_call(
         details["uid"] = old["metadata"]["uid"]
         return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                      "status": "Success", "details": details}  # fmt: skip
+    if call.verb == "patch":
+        return 200, store.replace(plural, namespace, name, patched(store, call, request), dropped)
     body = written(call, request)
     if call.verb == "create":
         return 201, store.create(plural, namespace, body, dropped)
     return 200, store.replace(plural, namespace, name, body, dropped)
+
+
+def merged(target: object, patch: object) -> object:
+    """RFC 7386 JSON merge patch of ``patch`` onto ``target``: objects merge key by key, a null
+    removes the key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merged(result.get(key), value)
+    return result
+
+
+def patched(store: ObjectStore, call: Call, request: Request) -> JsonObject:
+    """A PATCH's result: a merge patch (the only kind served) onto the stored object."""
+    if request.headers.get("content-type", "") != "application/merge-patch+json":
+        raise StatusError(415, "UnsupportedMediaType", "this test server takes merge patches only")
+    current = store.get(call.resource.plural, call.namespace, call.name or "")
+    result = merged(current, body_object(request))
+    assert isinstance(result, dict)
+    return result
 
 
 def written(call: Call, request: Request) -> JsonObject:
@@ -71,6 +98,8 @@ def written(call: Call, request: Request) -> JsonObject:
         metadata.pop(key, None)
     if call.namespace is not None:
         metadata["namespace"] = call.namespace
+    if call.verb == "create" and not metadata.get("name") and metadata.get("generateName"):
+        metadata["name"] = f"{metadata['generateName']}{uuid.uuid4().hex[:5]}"
     return body
 
 

@@ -53,8 +53,12 @@ RESOURCES = {
         # What kubectl kae reads besides: pods and the templates of their claims.
         Resource("", "v1", "pods", "Pod", True, POD_FIELDS),
         Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+        # What mode auto writes besides its Node's label: an Event when the node changes mode.
+        Resource("", "v1", "events", "Event", namespaced=True),
     )
 }
+# A discovery request (GET /apis/<group>/<version>): its call names this pseudo-resource.
+DISCOVERY = Resource("", "", "apis", "APIResourceList", namespaced=False)
 PLURALS = {r.plural: r for r in RESOURCES.values()}
 
 
@@ -115,6 +119,8 @@ def parse_call(request: Request) -> Call:
         group, version, rest = parts[1], parts[2], parts[3:]
     else:
         raise StatusError(404, "NotFound", f"the server could not find {request.path}")
+    if group and not rest and request.method == "GET":  # discovery of one group version
+        return Call("discover", DISCOVERY, None, f"{group}/{version}")
     namespace = None
     if rest[:1] == ["namespaces"] and len(rest) >= 3:
         namespace, rest = rest[1], rest[2:]
@@ -135,6 +141,7 @@ def _verb(request: Request, name: str | None) -> str:
         ("GET", True): "get",
         ("POST", False): "create",
         ("PUT", True): "update",
+        ("PATCH", True): "patch",
         ("DELETE", True): "delete",
     }
     verb = verbs.get((request.method, name is not None))

@@ -207,11 +207,17 @@ class DraProcess:
 
 
 def serve_command(
-    node: DraNode, kubeconfig: Path, name: str, metrics_port: int, args: Sequence[str]
+    node: DraNode,
+    kubeconfig: Path,
+    name: str,
+    metrics_port: int,
+    args: Sequence[str],
+    *,
+    mode: str = "dra",
 ) -> list[str]:
-    """The command line of ``serve`` in DRA mode with every path on ``node``."""
+    """The command line of ``serve`` in DRA mode (or ``mode``) with every path on ``node``."""
     return [
-        sys.executable, "-m", "kae_deviceplugin", "serve", "--mode", "dra",
+        sys.executable, "-m", "kae_deviceplugin", "serve", "--mode", mode,
         "--node-name", name, "--kubeconfig", str(kubeconfig),
         "--sysfs-root", str(node.root / "sys"), "--dev-root", str(node.root / "dev"),
         "--kubelet-root", str(node.kubelet_root), "--cdi-dir", str(node.cdi_dir),
@@ -230,10 +236,11 @@ def dra_process(
     pod_uid: str | None = None,
     args: Sequence[str] = (),
     tag: str | None = None,
+    mode: str = "dra",
 ) -> Iterator[DraProcess]:
-    """``serve --mode dra`` for node ``name`` on ``node``, talking to ``api``; SIGTERM (then
-    SIGKILL) when the block ends. ``args`` are more flags; ``tag`` names its log and kubeconfig
-    (default: the pod UID, else "main")."""
+    """``serve --mode dra`` (or ``mode``) for node ``name`` on ``node``, talking to ``api``;
+    SIGTERM (then SIGKILL) when the block ends. ``args`` are more flags; ``tag`` names its log
+    and kubeconfig (default: the pod UID, else "main")."""
     tag = tag or pod_uid or "main"
     kubeconfig = api.kubeconfig(node.workdir / f"kubeconfig-{tag}")
     port = free_port()
@@ -244,7 +251,7 @@ def dra_process(
     log_path = node.workdir / f"serve-{tag}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            serve_command(node, kubeconfig, name, port, args),
+            serve_command(node, kubeconfig, name, port, args, mode=mode),
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
         )  # fmt: skip
     daemon = DraProcess(node, process, log_path, port, pod_uid)

@@ -67,6 +67,8 @@ class HttpApiServer:
         self._held: set[tuple[str, str]] = set()  # (verb, plural) whose requests wait
         self._released = asyncio.Event()
         self.errors: list[Exception] = []  # raised while serving: a bug here, not the client's
+        # Group versions discovery answers (GET /apis/<group>/<version>); others are a 404.
+        self.served = {"resource.k8s.io/v1"}
 
     @property
     def url(self) -> str:
@@ -220,6 +222,12 @@ class HttpApiServer:
             self._admit(request, call)
             if call.verb == "watch":
                 return await self._watch(call, request, reader, writer, entry)
+            if call.verb == "discover":
+                code, body = self._discovery(call.name or "")
+                self.faults.answered(entry, code)
+                writer.write(answer(code, body, headers))
+                await writer.drain()
+                return True
             dropped = self.faults.dropped_for(call.resource.plural)
             code, body = apply_call(self.store, call, request, dropped)
         except StatusError as err:
@@ -233,6 +241,19 @@ class HttpApiServer:
         writer.write(answer(code, body, headers))
         await writer.drain()
         return request.headers.get("connection", "").lower() != "close"
+
+    def _discovery(self, group_version: str) -> tuple[int, JsonObject]:
+        """An APIResourceList for a served group version (its resources), else a 404."""
+        if group_version not in self.served:
+            raise StatusError(404, "NotFound", "the server could not find the requested resource")
+        group, _, version = group_version.partition("/")
+        resources = [
+            {"name": r.plural, "kind": r.kind, "namespaced": r.namespaced}
+            for r in PLURALS.values()
+            if (r.group, r.version) == (group, version)
+        ]
+        return 200, {"kind": "APIResourceList", "apiVersion": "v1",
+                     "groupVersion": group_version, "resources": resources}  # fmt: skip
 
     async def _while_frozen(self) -> None:
         remaining = self._frozen_until - self._loop.time()

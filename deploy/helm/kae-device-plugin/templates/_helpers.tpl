@@ -74,7 +74,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* True (non-empty) when the registration mode may use the kubelet's plugins_registry. */}}
 {{- define "kae.usesPluginWatcher" -}}
-{{- if or (include "kae.isDra" .) (ne .Values.config.registration "kubelet-socket") }}true{{ end }}
+{{- if or (include "kae.mayDra" .) (ne .Values.config.registration "kubelet-socket") }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -91,6 +91,37 @@ empty. Called with a variant's context (.Values.config merged), as every per-var
 {{- end }}
 
 {{/*
+mode auto: the daemon chooses DRA or the device plugin at start (docs/modes.md), so its pods get
+what either needs, and the API access the choice takes (the token, NODE_NAME).
+*/}}
+{{- define "kae.isAuto" -}}
+{{- if eq (include "kae.mode" .) "auto" }}true{{ end }}
+{{- end }}
+
+{{/* True (non-empty) when the pods may run the DRA driver: mode dra, or auto. */}}
+{{- define "kae.mayDra" -}}
+{{- if or (include "kae.isDra" .) (include "kae.isAuto" .) }}true{{ end }}
+{{- end }}
+
+{{/* The mode of every variant (default first), as a JSON list: merged as the DaemonSets are. */}}
+{{- define "kae.variantModes" -}}
+{{- $modes := list }}
+{{- range $variant := include "kae.variants" . | fromJsonArray }}
+{{- $values := $.Values }}
+{{- if $variant }}
+{{- $values = mergeOverwrite (deepCopy $.Values) (dict "config" (get $.Values.configs $variant)) }}
+{{- end }}
+{{- $modes = append $modes (include "kae.mode" (dict "Values" $values)) }}
+{{- end }}
+{{- toJson $modes }}
+{{- end }}
+
+{{/* True (non-empty) when a DaemonSet of the release runs in mode auto (its RBAC and policy). */}}
+{{- define "kae.anyAuto" -}}
+{{- if and .Values.devicePlugin.enabled (has "auto" (include "kae.variantModes" . | fromJsonArray)) }}true{{ end }}
+{{- end }}
+
+{{/*
 True (non-empty) when any DaemonSet of the release runs in DRA mode, so the cluster-level DRA
 objects (RBAC, admission policy, DeviceClasses) exist exactly when a driver needs them. Each
 variant's values are merged as configmap.yaml and daemonset.yaml merge them (a configuration's
@@ -98,21 +129,21 @@ variant's values are merged as configmap.yaml and daemonset.yaml merge them (a c
 */}}
 {{- define "kae.anyDra" -}}
 {{- if .Values.devicePlugin.enabled }}
-{{- $found := false }}
-{{- range $variant := include "kae.variants" . | fromJsonArray }}
-{{- $values := $.Values }}
-{{- if $variant }}
-{{- $values = mergeOverwrite (deepCopy $.Values) (dict "config" (get $.Values.configs $variant)) }}
+{{- $modes := include "kae.variantModes" . | fromJsonArray }}
+{{- /* mode auto may choose DRA only where the API serves resource.k8s.io/v1 (1.34+): below
+       that, its nodes all run the device plugin and need none of DRA's cluster objects. */}}
+{{- if or (has "dra" $modes) (and (has "auto" $modes) (semverCompare ">=1.34.0-0" .Capabilities.KubeVersion.Version)) }}true{{ end }}
 {{- end }}
-{{- if include "kae.isDra" (dict "Values" $values) }}{{ $found = true }}{{ end }}
 {{- end }}
-{{- if $found }}true{{ end }}
-{{- end }}
+
+{{/* True (non-empty) when any DaemonSet of the release runs in mode dra itself (not auto). */}}
+{{- define "kae.anyExplicitDra" -}}
+{{- if and .Values.devicePlugin.enabled (has "dra" (include "kae.variantModes" . | fromJsonArray)) }}true{{ end }}
 {{- end }}
 
 {{/* True (non-empty) when the daemon writes CDI specs: cdi.enabled, or DRA (one per claim). */}}
 {{- define "kae.usesCdiDir" -}}
-{{- if or .Values.cdi.enabled (include "kae.isDra" .) }}true{{ end }}
+{{- if or .Values.cdi.enabled (include "kae.mayDra" .) }}true{{ end }}
 {{- end }}
 
 {{/* The DRA driver's own directory below the kubelet's plugins/: its socket and checkpoint. */}}
@@ -168,6 +199,7 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
       "version" "v1"
       "scanInterval" $c.scanInterval
       "registration" $c.registration
+      "autoPrefer" $c.autoPrefer
       "allocationPolicy" $c.allocationPolicy
       "containerSysfsView" $c.containerSysfsView
       "cdi" (and .Values.cdi.enabled (not $dra))
@@ -180,6 +212,10 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
 {{- /* The node name comes from $NODE_NAME and the API from the pod's token: not written here.
        `cdi` is off: DRA writes a spec per claim, the device plugin's node-wide one is unused. */}}
 {{- $_ := set $file "mode" "dra" }}
+{{- with $c.dra }}{{ $_ := set $file "dra" . }}{{ end }}
+{{- else if include "kae.isAuto" . }}
+{{- /* auto: the daemon chooses at start; `cdi` applies only if it chooses the device plugin. */}}
+{{- $_ := set $file "mode" "auto" }}
 {{- with $c.dra }}{{ $_ := set $file "dra" . }}{{ end }}
 {{- end }}
 {{- toYaml $file }}

@@ -22,6 +22,13 @@ template by kae.restartChecksum).
   "pattern": "(?i)^\\s*(balanced|packed)\\s*$",
   "why": "must be one of balanced, packed"
  },
+ "config.autoPrefer": {
+  "kind": "choice",
+  "notRoot": "",
+  "numeric": false,
+  "pattern": "(?i)^\\s*(dra|device-plugin)\\s*$",
+  "why": "must be one of dra, device-plugin"
+ },
  "config.containerSysfsView": {
   "kind": "boolean",
   "noText": true,
@@ -149,8 +156,8 @@ template by kae.restartChecksum).
   "kind": "choice",
   "notRoot": "",
   "numeric": false,
-  "pattern": "(?i)^(\\s*(device-plugin|dra)\\s*)?$",
-  "why": "must be one of device-plugin, dra, or empty"
+  "pattern": "(?i)^(\\s*(device-plugin|dra|auto)\\s*)?$",
+  "why": "must be one of device-plugin, dra, auto, or empty"
  },
  "config.registration": {
   "kind": "choice",
@@ -197,6 +204,7 @@ template by kae.restartChecksum).
 {{- end }}
 {{- define "kae.rules.restartKeys" -}}
 [
+ "autoPrefer",
  "dra.kubeconfig",
  "dra.nodeName",
  "dra.runtimeConfig",
