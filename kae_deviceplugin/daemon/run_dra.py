@@ -20,7 +20,7 @@ from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats
 from kae_deviceplugin.dra.api import plugin_dir
 from kae_deviceplugin.dra.frontend import DraFrontEnd
-from kae_deviceplugin.errors import EXIT_ENVIRONMENT, StartupError
+from kae_deviceplugin.errors import EXIT_ENVIRONMENT, CheckpointError, StartupError
 
 __all__ = ["build_dra_daemon", "node_name"]
 
@@ -44,6 +44,8 @@ def build_dra_daemon(
     try:
         paced = PacedApi(api)
         front = DraFrontEnd(settings, paced, node, container_files, paced.lane("claims"))
+    except CheckpointError as err:  # not to be trusted: one line, the exit code it carries
+        raise StartupError(str(err), code=err.exit_code) from None
     except OSError as err:  # the plugin directory or its checkpoint: a file in the way, no access
         named = Path(str(err.filename or ""))  # relative when met on the way down a dir fd
         where = named if named.is_absolute() else plugin_dir(settings.kubelet_root)

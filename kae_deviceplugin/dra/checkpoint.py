@@ -79,6 +79,12 @@ def _stat_of(dir_fd: int, name: str) -> tuple[int, ...] | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
 
 
+DIRECTORY_FIX = (
+    "it must be a directory this daemon can write (the chart mounts the kubelet's "
+    "plugins/kae.openfuyao.com and runs as root)"
+)
+
+
 def _unreadable(path: Path, err: OSError) -> CheckpointUnreadable:
     if isinstance(err, safe_fs.UnsafePath):
         why = str(err)
@@ -122,8 +128,12 @@ class CheckpointFile:
         with contextlib.ExitStack() as stack:
             try:
                 fd = stack.enter_context(safe_fs.open_root(self.directory))
-            except OSError as err:
+            except (safe_fs.UnsafePath, safe_fs.NotRegularFile) as err:
                 raise _unreadable(self.directory, err) from None
+            except OSError as err:  # a file in the way, no access: the directory's own fix
+                raise CheckpointUnreadable(
+                    f"cannot use {self.directory}: {err.strerror or err}; {DIRECTORY_FIX}"
+                ) from None
             self._same_directory(fd)
             try:
                 data = safe_fs.read_regular_file(fd, self.name)
