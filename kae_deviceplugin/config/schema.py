@@ -22,6 +22,7 @@ from kae_deviceplugin.config.settings import (
     UNHEALTHY_TAINTS,
     Settings,
 )
+from kae_deviceplugin.core.engines import MAX_VFS
 from kae_deviceplugin.core.ids import MAX_SHARES
 from kae_deviceplugin.core.placement import POLICIES
 from kae_deviceplugin.core.views import FUNCTIONS
@@ -282,6 +283,7 @@ ENGINE_FIELDS: Final[dict[str, tuple[rules.Rule, str]]] = {
     "enabled": (rules.boolean, "boolean"),
     "shares": (rules.shares, f"integer 1 to {MAX_SHARES}"),
     "functions": (rules.choice(FUNCTIONS), ", ".join(f"`{f}`" for f in FUNCTIONS)),
+    "vfs": (rules.vf_count, f"integer 0 to {MAX_VFS}, `max`, or null"),
 }
 # The one flag that is not a row: it rewrites engines.<name>.enabled for every engine at once.
 ENABLE_ENGINES_FLAG: Final = "--enable-engines"

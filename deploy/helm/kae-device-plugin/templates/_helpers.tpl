@@ -149,6 +149,11 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
       "hpre" (dict "enabled" .Values.operator.enabledHPRE "shares" $c.engines.hpre.shares "functions" $c.engines.hpre.functions)
       "sec" (dict "enabled" .Values.operator.enabledSEC "shares" $c.engines.sec.shares "functions" $c.engines.sec.functions)
       "zip" (dict "enabled" .Values.operator.enabledZIP "shares" $c.engines.zip.shares "functions" $c.engines.zip.functions) -}}
+{{- /* A VF profile is written only where one is set: null leaves the node's VFs as they are. */}}
+{{- range $name, $engine := $engines }}
+{{- $vfs := get (get $c.engines $name) "vfs" }}
+{{- if not (kindIs "invalid" $vfs) }}{{ $_ := set $engine "vfs" $vfs }}{{ end }}
+{{- end }}
 {{- $paths := dict
       "sysfsRoot" (include "kae.sysfsRoot" .)
       "devRoot" (include "kae.devRoot" .)
