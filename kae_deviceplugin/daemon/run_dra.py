@@ -19,7 +19,10 @@ from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.daemon.preflight import Label, flag_of
 from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats
+from kae_deviceplugin.daemon.vf_holders import ClaimHolders, pod_resources_holders
+from kae_deviceplugin.daemon.vf_profiles import VfProfiles
 from kae_deviceplugin.dra.api import plugin_dir
+from kae_deviceplugin.dra.checkpoint import CheckpointFile
 from kae_deviceplugin.dra.frontend import DraFrontEnd
 from kae_deviceplugin.errors import (
     EXIT_ENVIRONMENT,
@@ -59,6 +62,21 @@ def _client(settings: Settings, label: Label) -> RestApi:
         raise StartupError(f"{label('kubeconfig')} {err}", code=err.exit_code) from None
 
 
+def prepared_claims(kubelet_root: Path) -> ClaimHolders:
+    """The claims this driver prepared, by pool device name, read from its checkpoint: a claim
+    holds its devices from NodePrepareResources on, before its pod's containers run."""
+    file = CheckpointFile(plugin_dir(kubelet_root))
+
+    def claims() -> dict[str, tuple[str, ...]]:
+        held: dict[str, list[str]] = {}
+        for claim in file.read_only().claims.values():
+            for device in claim.devices:
+                held.setdefault(device.device, []).append(f"claim {claim.namespace}/{claim.name}")
+        return {name: tuple(sorted(who)) for name, who in held.items()}
+
+    return claims
+
+
 def build_dra_daemon(
     settings: Settings,
     source: ConfigSource | None,
@@ -85,6 +103,9 @@ def build_dra_daemon(
             "write (the chart mounts the kubelet's plugins/kae.openfuyao.com and runs as root)",
             code=EXIT_ENVIRONMENT,
         ) from None
+    holders = pod_resources_holders(
+        settings.effective_pod_resources_socket, prepared_claims(settings.kubelet_root)
+    )
     scan = scan_loop_for(
         settings,
         counters,
@@ -92,5 +113,6 @@ def build_dra_daemon(
         container_files,
         tick=heartbeats.ticker("scan"),
         source=source,
+        profiles=VfProfiles(settings.sysfs_root, holders),
     )
     return Daemon(scan, front, heartbeats, stopping)
