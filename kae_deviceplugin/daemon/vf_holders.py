@@ -8,8 +8,9 @@ device from NodePrepareResources on, before any container of the pod runs.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
+from typing import Any
 
 from kae_deviceplugin.core.engines import DRA_DRIVER
 from kae_deviceplugin.core.ids import pci_address_of, pool_device_name
@@ -24,7 +25,7 @@ from kae_deviceplugin.kubelet.podresources import (
 )
 
 # Inventory -> who holds each device by PCI address, or None when that cannot be known now.
-HoldersSource = Callable[[Inventory], Awaitable[Holders | None]]
+HoldersSource = Callable[[Inventory], Coroutine[Any, Any, Holders | None]]
 # DRA: pool device name -> the prepared claims that hold it.
 ClaimHolders = Callable[[], Mapping[str, tuple[str, ...]]]
 
