@@ -161,6 +161,14 @@ OPTIONS: Final[tuple[Option, ...]] = (
         derived_default="<dev-root>",
     ),
     _option(
+        "vf_writer_dir",
+        "paths.vfWriterDir",
+        "optional-path",
+        "A directory shared with the vf-writer container, which alone writes sriov_numvfs for "
+        "the VF profiles (the chart sets it); empty: the daemon writes it itself.",
+        "restart",
+    ),
+    _option(
         "scan_interval",
         "scanInterval",
         "duration",

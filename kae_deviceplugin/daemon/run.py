@@ -32,6 +32,7 @@ from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats, RootTask
 from kae_deviceplugin.daemon.vf_holders import pod_resources_holders
 from kae_deviceplugin.daemon.vf_profiles import VfProfiles, VfWriter
+from kae_deviceplugin.daemon.vf_requests import vf_writer_of
 from kae_deviceplugin.deviceplugin.frontend import DevicePluginFrontEnd
 from kae_deviceplugin.deviceplugin.registrars import choose_registrar
 from kae_deviceplugin.errors import KaeDevicePluginError
@@ -97,7 +98,7 @@ def build_daemon(
         container_files,
         tick=heartbeats.ticker("scan"),
         source=source,
-        profiles=VfProfiles(settings.sysfs_root, holders, vf_writer),
+        profiles=VfProfiles(settings.sysfs_root, holders, vf_writer or vf_writer_of(settings)),
     )
     daemon = Daemon(
         scan,

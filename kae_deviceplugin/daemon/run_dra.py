@@ -21,6 +21,7 @@ from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats
 from kae_deviceplugin.daemon.vf_holders import ClaimHolders, pod_resources_holders
 from kae_deviceplugin.daemon.vf_profiles import VfProfiles
+from kae_deviceplugin.daemon.vf_requests import vf_writer_of
 from kae_deviceplugin.dra.api import plugin_dir
 from kae_deviceplugin.dra.checkpoint import CheckpointFile
 from kae_deviceplugin.dra.frontend import DraFrontEnd
@@ -113,6 +114,6 @@ def build_dra_daemon(
         container_files,
         tick=heartbeats.ticker("scan"),
         source=source,
-        profiles=VfProfiles(settings.sysfs_root, holders),
+        profiles=VfProfiles(settings.sysfs_root, holders, vf_writer_of(settings)),
     )
     return Daemon(scan, front, heartbeats, stopping)

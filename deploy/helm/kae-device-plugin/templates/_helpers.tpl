@@ -140,6 +140,19 @@ runs). */}}
 {{- end }}
 
 {{/*
+"true" when some engine of this DaemonSet's configuration has a VF profile (config.engines.<name>.vfs
+not null): only then does the pod get the vf-writer container, the one part that writes sysfs.
+*/}}
+{{- define "kae.vfProfiles" -}}
+{{- range $name, $engine := .Values.config.engines }}
+{{- if and (kindIs "map" $engine) (not (kindIs "invalid" (get $engine "vfs"))) }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* The in-memory directory the daemon and the vf-writer share (requests and answers). */}}
+{{- define "kae.vfWriterDir" -}}/run/kae-vf{{- end }}
+
+{{/*
 The daemon's config file (format `version: v1`). The per-engine `enabled` flags come from the
 operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two cannot disagree.
 */}}
@@ -167,6 +180,9 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
 {{- end }}
 {{- if include "kae.usesCdiDir" . }}
 {{- $_ := set $paths "cdiDir" .Values.cdi.specDir }}
+{{- end }}
+{{- if include "kae.vfProfiles" . }}
+{{- $_ := set $paths "vfWriterDir" (include "kae.vfWriterDir" .) }}
 {{- end }}
 {{- $dra := include "kae.isDra" . }}
 {{- $file := dict

@@ -239,6 +239,7 @@ template by kae.restartChecksum).
  "paths.podResourcesSocket",
  "paths.stateDir",
  "paths.sysfsRoot",
+ "paths.vfWriterDir",
  "registration"
 ]
 {{- end }}
