@@ -19,12 +19,12 @@ from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.daemon.preflight import Label, flag_of
 from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats
-from kae_deviceplugin.daemon.vf_holders import ClaimHolders, pod_resources_holders
+from kae_deviceplugin.daemon.vf_holders import pod_resources_holders
 from kae_deviceplugin.daemon.vf_profiles import VfProfiles
 from kae_deviceplugin.daemon.vf_requests import vf_writer_of
 from kae_deviceplugin.dra.api import plugin_dir
-from kae_deviceplugin.dra.checkpoint import CheckpointFile
 from kae_deviceplugin.dra.frontend import DraFrontEnd
+from kae_deviceplugin.dra.vf_claims import prepared_claims
 from kae_deviceplugin.errors import (
     EXIT_ENVIRONMENT,
     EXIT_USAGE,
@@ -61,21 +61,6 @@ def _client(settings: Settings, label: Label) -> RestApi:
                 f"{err}; outside a pod pass --kubeconfig FILE", code=err.exit_code
             ) from None
         raise StartupError(f"{label('kubeconfig')} {err}", code=err.exit_code) from None
-
-
-def prepared_claims(kubelet_root: Path) -> ClaimHolders:
-    """The claims this driver prepared, by pool device name, read from its checkpoint: a claim
-    holds its devices from NodePrepareResources on, before its pod's containers run."""
-    file = CheckpointFile(plugin_dir(kubelet_root))
-
-    def claims() -> dict[str, tuple[str, ...]]:
-        held: dict[str, list[str]] = {}
-        for claim in file.read_only().claims.values():
-            for device in claim.devices:
-                held.setdefault(device.device, []).append(f"claim {claim.namespace}/{claim.name}")
-        return {name: tuple(sorted(who)) for name, who in held.items()}
-
-    return claims
 
 
 def build_dra_daemon(

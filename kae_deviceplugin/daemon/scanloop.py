@@ -66,6 +66,7 @@ class ScanLoop:
         # subscribes here instead of polling ``inventory``.
         self.inventories: LatestValue[Inventory] = LatestValue(self.inventory)
         self.rescan_now = asyncio.Event()
+        self.profiles: VfProfiles | None = None  # the VF profiles, where scan_loop_for adds them
         self._scan_deferred = False  # the last scan could not look (logged once)
         self._reload_requested = False
 
@@ -159,4 +160,5 @@ def scan_loop_for(
                 loop.rescan_now.set()  # the new VFs: a full rescan (the run loop invalidates)
 
         loop.reconcile = through_profiles
+        loop.profiles = profiles
     return loop

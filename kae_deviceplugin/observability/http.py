@@ -19,6 +19,7 @@ from typing import Protocol
 from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.model import Inventory, QueueShare
+from kae_deviceplugin.core.vf_plan import VfChange
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.kubelet.podresources import (
@@ -117,6 +118,8 @@ class Observed(Protocol):
     def not_ready(self) -> list[str]: ...
     def shared_queues(self) -> Mapping[str, QueueShare] | None: ...
     def api_requests(self) -> Mapping[str, int] | None: ...
+    @property
+    def vf_changes(self) -> tuple[VfChange, ...]: ...
 
 
 def _probe(calls: LoopCalls, check: Callable[[], bool], ok: str, failed: str) -> Route:
@@ -160,6 +163,7 @@ def daemon_routes(
             daemon.shared_queues(),
             daemon.expected_registrations,
             daemon.api_requests(),
+            daemon.vf_changes,
         )
 
     async def held() -> tuple[Allocations | None, str | None]:

@@ -20,10 +20,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from kae_deviceplugin.core.model import Inventory, QueueShare, UacceDevice
+from kae_deviceplugin.core.vf_plan import VfChange
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.discovery.scan import read_available_instances
 from kae_deviceplugin.kubelet.podresources import Allocations
+from kae_deviceplugin.observability.vf_metrics import vf_families
 from kae_deviceplugin.prometheus_lite import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -49,6 +51,7 @@ class Snapshot:
     # served resources, the views' names, as in device-plugin mode.
     expected: frozenset[str] | None = None
     api_requests: Mapping[str, int] | None = None  # DRA: requests sent, by verb
+    vf_changes: tuple[VfChange, ...] = ()  # the VF profiles' last plan (vf_metrics.py)
 
 
 def _ids(device: UacceDevice) -> list[str]:
@@ -214,6 +217,7 @@ def device_families(snapshot: Snapshot) -> list[Metric]:
         families += shared_queue_families(snapshot.inventory, snapshot.shared_queues)
     if snapshot.api_requests is not None:  # DRA only
         families.append(api_request_family(snapshot.api_requests))
+    families += vf_families(snapshot.vf_changes)  # empty families where no profile is set
     return families
 
 

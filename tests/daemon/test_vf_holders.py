@@ -8,7 +8,6 @@ from pathlib import Path
 
 from kae_deviceplugin.core.engines import DRA_DRIVER
 from kae_deviceplugin.core.ids import pool_device_name
-from kae_deviceplugin.daemon.run_dra import prepared_claims
 from kae_deviceplugin.daemon.vf_holders import pod_resources_holders
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.dra.api import plugin_dir
@@ -18,6 +17,7 @@ from kae_deviceplugin.dra.checkpoint import (
     PreparedClaim,
     PreparedDevice,
 )
+from kae_deviceplugin.dra.vf_claims import prepared_claims
 from kae_deviceplugin.testing.podresources_emulator import ClaimDevices, PodResourcesEmulator
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.support.harness import short_tmpdir

@@ -66,7 +66,7 @@ def test_a_profile_is_applied_at_start_and_changed_only_once_the_pod_on_a_vf_end
                 runner = DaemonThread(build_daemon(settings, source, with_optional=False))
                 runner.start()
                 try:
-                    _scenario(kernel, kubelet, podres, config)
+                    _scenario(kernel, kubelet, podres, config, runner)
                 finally:
                     runner.stop()
                     kubelet.stop()
@@ -77,7 +77,11 @@ def _view(kubelet: KubeletEmulator) -> dict[str, object]:
 
 
 def _scenario(
-    kernel: SriovKernel, kubelet: KubeletEmulator, podres: PodResourcesEmulator, config: Path
+    kernel: SriovKernel,
+    kubelet: KubeletEmulator,
+    podres: PodResourcesEmulator,
+    config: Path,
+    runner: DaemonThread,
 ) -> None:
     held: list[str] = []  # the VF a pod holds, once it holds one
     withdrawn: list[dict[str, object]] = []  # every kubelet update that lacked it meanwhile
@@ -98,6 +102,12 @@ def _scenario(
     assert served(2, 4), (_view(kubelet), kernel.writes)
     assert [w for w in kernel.writes if w[0] == SEC0] == [(SEC0, "2", 0)]  # left as it was
     assert withdrawn == []
+    waiting = {c.pf: c for c in runner.daemon.vf_changes}[SEC0]  # what metrics and doctor show
+    assert (waiting.state, waiting.reason, waiting.holders) == (
+        "pending",
+        "held-by-pod",
+        ("pod default/crypto",),
+    )
     held.clear()
     podres.set_pods([])
     assert served(4, 4), (_view(kubelet), kernel.writes)
