@@ -7,7 +7,8 @@ can change now:
 
 1. takes their VFs out of service: the front end is handed the inventory without them (the
    device plugin's ListAndWatch drops them, DRA leaves them out of the slices);
-2. asks again who holds what: a pod given a VF between the plan and step 1 keeps it, and its
+2. after a short grace (an allocation the kubelet began on the old list is recorded by then),
+   asks again who holds what: a pod given a VF between the plan and step 1 keeps it, and its
    PF waits;
 3. writes ``sriov_numvfs`` (through 0 from one nonzero count to another, as the kernel demands)
    on a worker thread, since the kernel probes the new VFs inside the write;
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 Serve = Callable[[Inventory, Settings], Awaitable[None]]
 # (PF address, count) -> None; raises OSError with the kernel's errno.
 VfWriter = Callable[[str, int], None]
+# After the VFs are withdrawn, how long before holders are asked again: an Allocate (or a
+# NodePrepareResources) the kubelet began on the old list is recorded by then.
+WITHDRAW_GRACE = 2.0
 PENDING_RETRY = (2.0, 30.0)  # a waiting PF is planned again after 2 s, then up to every 30 s
 FAILED_RETRY = (60.0, 3600.0)  # a failed write is tried again after a minute, at most hourly
 
@@ -76,12 +80,14 @@ class VfProfiles:
         writer: VfWriter | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        grace: float = WITHDRAW_GRACE,
     ) -> None:
         self.sysfs_root = sysfs_root
         self.changes: tuple[VfChange, ...] = ()
         self._holders = holders
         self._write = writer or sysfs_writer(sysfs_root)
         self._clock = clock
+        self._grace = grace
         self._waiting = Backoff(*PENDING_RETRY)
         self._failing = Backoff(*FAILED_RETRY)
         self._failed: dict[str, tuple[int, str]] = {}  # PF -> (count asked, why it failed)
@@ -112,7 +118,9 @@ class VfProfiles:
             return False
         await self._serve(inventory, settings, serve, frozenset(c.pf for c in ready))
         if any(c.present for c in ready):
-            # Nothing new can be given out now: whoever holds a VF at this point keeps it.
+            # Nothing new can be given out now: whoever holds a VF at this point keeps it. The
+            # grace lets an allocation the kubelet had in flight reach pod-resources first.
+            await asyncio.sleep(self._grace)
             changes = self._plan(profiles, inventory, await self._holders(inventory))
             ready = [c for c in changes if c.state == "ready"]
         if not ready:  # every one of them was taken meanwhile: serve them all again
