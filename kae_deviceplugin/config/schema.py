@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from kae_deviceplugin.config import rules
+from kae_deviceplugin.config.engine_fields import ENABLE_ENGINES_FLAG, ENGINE_FIELDS
 from kae_deviceplugin.config.kinds import RELOAD_TEXT, Kind, Reload, show_value
 from kae_deviceplugin.config.settings import (
     LOG_FORMATS,
@@ -22,10 +23,7 @@ from kae_deviceplugin.config.settings import (
     UNHEALTHY_TAINTS,
     Settings,
 )
-from kae_deviceplugin.core.engines import MAX_VFS
-from kae_deviceplugin.core.ids import MAX_SHARES
 from kae_deviceplugin.core.placement import POLICIES
-from kae_deviceplugin.core.views import FUNCTIONS
 
 # Kind, Reload, RELOAD_TEXT and show_value live in kinds.py, re-exported here.
 # fmt: off
@@ -287,14 +285,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
     ),
 )
 OPTIONS_BY_FIELD: Final = {option.field: option for option in OPTIONS}
-ENGINE_FIELDS: Final[dict[str, tuple[rules.Rule, str]]] = {
-    "enabled": (rules.boolean, "boolean"),
-    "shares": (rules.shares, f"integer 1 to {MAX_SHARES}"),
-    "functions": (rules.choice(FUNCTIONS), ", ".join(f"`{f}`" for f in FUNCTIONS)),
-    "vfs": (rules.vf_count, f"integer 0 to {MAX_VFS}, `max`, or null"),
-}
-# The one flag that is not a row: it rewrites engines.<name>.enabled for every engine at once.
-ENABLE_ENGINES_FLAG: Final = "--enable-engines"
 
 
 def default_of(field: str) -> object:

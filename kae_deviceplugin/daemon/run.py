@@ -30,9 +30,8 @@ from kae_deviceplugin.daemon.preflight import (
 )
 from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats, RootTask
-from kae_deviceplugin.daemon.vf_holders import pod_resources_holders
-from kae_deviceplugin.daemon.vf_profiles import VfProfiles, VfWriter
-from kae_deviceplugin.daemon.vf_requests import vf_writer_of
+from kae_deviceplugin.daemon.vf_profiles import VfWriter
+from kae_deviceplugin.daemon.vf_requests import vf_profiles_for
 from kae_deviceplugin.deviceplugin.frontend import DevicePluginFrontEnd
 from kae_deviceplugin.deviceplugin.registrars import choose_registrar
 from kae_deviceplugin.errors import KaeDevicePluginError
@@ -74,8 +73,7 @@ def build_daemon(
 
     ``with_optional=False`` leaves out the optional root tasks (udev, heap trim, HTTP, NFD), for
     tests that run the daemon in-process and add the one they exercise as an ``extra_tasks``.
-    ``vf_writer`` writes a PF's ``sriov_numvfs`` (default: the daemon's own sysfs root).
-    """
+    ``vf_writer`` writes a PF's ``sriov_numvfs`` (default: as the settings say)."""
     counters = counters or Counters()  # this daemon's own registry, not a global
     stopping = asyncio.Event()  # asyncio primitives bind to the loop that first uses them
     heartbeats = Heartbeats()
@@ -90,7 +88,6 @@ def build_daemon(
         stopping=stopping,
         tick=heartbeats.ticker("watch"),
     )
-    holders = pod_resources_holders(settings.effective_pod_resources_socket)
     scan = scan_loop_for(
         settings,
         counters,
@@ -98,7 +95,7 @@ def build_daemon(
         container_files,
         tick=heartbeats.ticker("scan"),
         source=source,
-        profiles=VfProfiles(settings.sysfs_root, holders, vf_writer or vf_writer_of(settings)),
+        profiles=vf_profiles_for(settings, vf_writer),
     )
     daemon = Daemon(
         scan,

@@ -19,9 +19,7 @@ from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.daemon.preflight import Label, flag_of
 from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats
-from kae_deviceplugin.daemon.vf_holders import pod_resources_holders
-from kae_deviceplugin.daemon.vf_profiles import VfProfiles
-from kae_deviceplugin.daemon.vf_requests import vf_writer_of
+from kae_deviceplugin.daemon.vf_requests import vf_profiles_for
 from kae_deviceplugin.dra.api import plugin_dir
 from kae_deviceplugin.dra.frontend import DraFrontEnd
 from kae_deviceplugin.dra.vf_claims import prepared_claims
@@ -89,9 +87,6 @@ def build_dra_daemon(
             "write (the chart mounts the kubelet's plugins/kae.openfuyao.com and runs as root)",
             code=EXIT_ENVIRONMENT,
         ) from None
-    holders = pod_resources_holders(
-        settings.effective_pod_resources_socket, prepared_claims(settings.kubelet_root)
-    )
     scan = scan_loop_for(
         settings,
         counters,
@@ -99,6 +94,6 @@ def build_dra_daemon(
         container_files,
         tick=heartbeats.ticker("scan"),
         source=source,
-        profiles=VfProfiles(settings.sysfs_root, holders, vf_writer_of(settings)),
+        profiles=vf_profiles_for(settings, claims=prepared_claims(settings.kubelet_root)),
     )
     return Daemon(scan, front, heartbeats, stopping)

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.engines import ENGINES, HUAWEI_PCI_VENDOR
-from kae_deviceplugin.daemon.vf_profiles import VfWriter
+from kae_deviceplugin.daemon.vf_holders import ClaimHolders, pod_resources_holders
+from kae_deviceplugin.daemon.vf_profiles import VfProfiles, VfWriter
 from kae_deviceplugin.discovery.attributes import PCI_ADDRESS, parse_int, read_attribute, text
 from kae_deviceplugin.discovery.sriov import pf_function_dir
 
@@ -70,6 +71,15 @@ def request_writer(directory: Path, timeout: float = ANSWER_TIMEOUT) -> VfWriter
 def vf_writer_of(settings: Settings) -> VfWriter | None:
     """The writer the settings ask for: through the vf-writer, or None (the daemon's own)."""
     return request_writer(settings.vf_writer_dir) if settings.vf_writer_dir else None
+
+
+def vf_profiles_for(
+    settings: Settings, writer: VfWriter | None = None, claims: ClaimHolders | None = None
+) -> VfProfiles:
+    """The VF profiles of a daemon: holders from pod-resources (and DRA's ``claims``), writes
+    through ``writer``, else as the settings say."""
+    holders = pod_resources_holders(settings.effective_pod_resources_socket, claims)
+    return VfProfiles(settings.sysfs_root, holders, writer or vf_writer_of(settings))
 
 
 def check_request(sysfs_root: str, pf: str, count_text: str) -> int:
