@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import errno
 import logging
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,12 +28,9 @@ from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator
 from kae_deviceplugin.testing.sysfs_builder import DeviceSpec
 from kae_deviceplugin.testing.sysfs_trees import kunpeng_pf, one_socket, two_socket, vf_of, with_vfs
 from tests.support.harness import short_tmpdir
-from tests.support.sriov_kernel import SriovKernel
+from tests.support.sriov_kernel import NEEDS_FUSE, SriovKernel
 
-pytestmark = pytest.mark.skipif(
-    not os.access("/dev/fuse", os.R_OK | os.W_OK) or os.geteuid() != 0,
-    reason="needs /dev/fuse and root to mount it",
-)
+pytestmark = NEEDS_FUSE
 SEC0, SEC1 = "0000:76:00.0", "0000:b6:00.0"
 
 

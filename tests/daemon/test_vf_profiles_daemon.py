@@ -4,10 +4,7 @@ the config file reloaded, and a sysfs that answers as the kernel does (FUSE)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-import pytest
 
 from kae_deviceplugin.config.reload import ConfigSource
 from kae_deviceplugin.daemon.run import build_daemon
@@ -15,12 +12,9 @@ from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator
 from kae_deviceplugin.testing.sysfs_trees import two_socket
 from tests.support.harness import DaemonThread, settings_for, short_tmpdir
-from tests.support.sriov_kernel import SriovKernel
+from tests.support.sriov_kernel import NEEDS_FUSE, SriovKernel
 
-pytestmark = pytest.mark.skipif(
-    not os.access("/dev/fuse", os.R_OK | os.W_OK) or os.geteuid() != 0,
-    reason="needs /dev/fuse and root to mount it",
-)
+pytestmark = NEEDS_FUSE
 SEC = "openfuyao.com/kae.sec"
 SEC0, SEC1 = "0000:76:00.0", "0000:b6:00.0"
 WAIT = 60.0  # a waiting PF is planned again with backoff (at most 30 s apart)

@@ -4,7 +4,6 @@ errno comes back as if it had written itself, and nothing but a KAE PF's sriov_n
 from __future__ import annotations
 
 import errno
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,12 +14,9 @@ from kae_deviceplugin.daemon.vf_requests import request_writer, serve_requests
 from kae_deviceplugin.testing.sysfs_builder import DeviceSpec
 from kae_deviceplugin.testing.sysfs_trees import two_socket
 from tests.support.harness import short_tmpdir
-from tests.support.sriov_kernel import SriovKernel
+from tests.support.sriov_kernel import NEEDS_FUSE, SriovKernel
 
-pytestmark = pytest.mark.skipif(
-    not os.access("/dev/fuse", os.R_OK | os.W_OK) or os.geteuid() != 0,
-    reason="needs /dev/fuse and root to mount it",
-)
+pytestmark = NEEDS_FUSE
 SEC0 = "0000:76:00.0"
 # An SR-IOV PF of the same vendor that is no KAE engine (its device ID is none of theirs).
 FOREIGN = DeviceSpec(

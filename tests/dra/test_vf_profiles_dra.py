@@ -5,10 +5,7 @@ in-memory API server, a sysfs that answers as the kernel does (FUSE)."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
-
-import pytest
 
 from kae_deviceplugin.apiserver.seam import NODES
 from kae_deviceplugin.config.settings import EngineSettings, Settings
@@ -30,12 +27,9 @@ from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator
 from kae_deviceplugin.testing.sysfs_trees import one_socket, with_vfs
 from tests.support.fake_apiserver import FakeApiServer
 from tests.support.harness import short_tmpdir
-from tests.support.sriov_kernel import SriovKernel
+from tests.support.sriov_kernel import NEEDS_FUSE, SriovKernel
 
-pytestmark = pytest.mark.skipif(
-    not os.access("/dev/fuse", os.R_OK | os.W_OK) or os.geteuid() != 0,
-    reason="needs /dev/fuse and root to mount it",
-)
+pytestmark = NEEDS_FUSE
 POOL = "worker-1"
 SEC0 = "0000:76:00.0"
 DEADLINE = 20.0

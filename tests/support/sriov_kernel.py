@@ -28,6 +28,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from kae_deviceplugin.testing.sysfs_builder import (
     DeviceSpec,
     add_device,
@@ -42,6 +44,16 @@ from kae_deviceplugin.testing.sysfs_trees import PF_QUEUES, QUEUES_PER_ENGINE, v
 from tests.support.fuse_mount import FuseMount
 
 _U16_MAX = 0xFFFF
+# Mounting needs /dev/fuse and root. Where they are missing the tests skip, saying so; CI, which
+# has them, sets KAE_REQUIRE_FUSE=1 so that a lost /dev/fuse fails instead of skipping.
+_MISSING = (
+    None
+    if os.access("/dev/fuse", os.R_OK | os.W_OK) and os.geteuid() == 0
+    else "needs /dev/fuse and root to mount a FUSE file system"
+)
+if _MISSING and os.environ.get("KAE_REQUIRE_FUSE") == "1":
+    raise RuntimeError(f"KAE_REQUIRE_FUSE=1 but the FUSE sysfs {_MISSING}")
+NEEDS_FUSE = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
 
 
 class SriovKernel:

@@ -15,12 +15,9 @@ from pathlib import Path
 import pytest
 
 from kae_deviceplugin.testing.sysfs_trees import kunpeng_pf, two_socket, with_vfs
-from tests.support.sriov_kernel import SriovKernel
+from tests.support.sriov_kernel import NEEDS_FUSE, SriovKernel
 
-pytestmark = pytest.mark.skipif(
-    not os.access("/dev/fuse", os.R_OK | os.W_OK) or os.geteuid() != 0,
-    reason="needs /dev/fuse and root to mount it",
-)
+pytestmark = NEEDS_FUSE
 SEC0 = "0000:76:00.0"  # hisi_sec2-0, the socket-0 SEC of a 2-socket Kunpeng 920
 
 
