@@ -33,7 +33,7 @@ from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.backoff import Backoff
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.model import Function, Inventory
-from kae_deviceplugin.core.vf_plan import Holders, Reason, VfChange, plan
+from kae_deviceplugin.core.vf_plan import QUEUES_PER_ENGINE, Holders, Reason, VfChange, plan
 from kae_deviceplugin.core.views import VfProfile
 from kae_deviceplugin.daemon.vf_holders import HoldersSource
 from kae_deviceplugin.discovery.sriov import pf_function_dir, read_pfs
@@ -93,6 +93,11 @@ class VfProfiles:
         self._failed: dict[str, tuple[int, str]] = {}  # PF -> (count asked, why it failed)
         self._logged: dict[str, str] = {}  # PF or engine -> the line last logged for it
         self._withholding = False  # the front end was last handed an inventory without VFs
+        # VFs the kernel may have left frozen: a refused disable takes every queue of the idle
+        # VFs it checked before the busy one (qm_try_frozen_vfs) until a disable succeeds, so
+        # their 0 free queues mean nobody, not everybody (PF -> those VFs, while they exist).
+        self._frozen: dict[str, tuple[str, ...]] = {}
+        self._vfs: dict[str, tuple[str, ...]] = {}  # PF -> its VFs at the last plan
 
     def due(self) -> bool:
         """Whether the scan tick should reconcile again although nothing moved."""
@@ -145,6 +150,13 @@ class VfProfiles:
         pfs = read_pfs(str(self.sysfs_root), inventory)
         engines = {d.engine for d in inventory}
         available = {d.pci_address: d.available_instances for d in inventory}
+        self._vfs = {pf.pci_address: pf.vfs for pf in pfs}
+        for pf in pfs:
+            if self._frozen.get(pf.pci_address) != pf.vfs:
+                self._frozen.pop(pf.pci_address, None)  # other VFs now: none is frozen
+            for vf in self._frozen.get(pf.pci_address, ()):
+                if available.get(vf) == 0:
+                    available[vf] = QUEUES_PER_ENGINE
         now = self._clock()
         changes = []
         for planned in plan(profiles, pfs, engines, available, holders):
@@ -194,8 +206,11 @@ class VfProfiles:
                 )
                 self._failed[change.pf] = (change.desired, why)
                 self._failing.failed(change.pf, self._clock())
+                if count == 0 and err.errno == errno.EBUSY:
+                    self._frozen[change.pf] = self._vfs.get(change.pf, ())
                 return
         self._forget(change.pf)
+        self._frozen.pop(change.pf, None)
         log.info(
             "%s: PF %s has %d VFs now (had %d)",
             change.setting,

@@ -278,3 +278,32 @@ def test_holders_come_from_pod_resources_for_both_apis(node: Node) -> None:
         assert held[SEC1].state == "ready" or held[SEC1].state == "done"
     assert vf.function is Function.VF
     assert errno.EBUSY not in [w[2] for w in node.kernel.writes]
+
+
+def test_vfs_a_refused_disable_left_frozen_do_not_block_the_change_forever() -> None:
+    """A process opens a queue of the third VF between the plan and the write: the kernel
+    refuses the disable (EBUSY) and leaves the first two frozen, every queue taken. Once the
+    process has ended, those two do not count as in use: the next try goes through 0 to 4."""
+    with make_node(with_vfs(one_socket(), [3, 0, 0])) as node:
+        names = node.kernel.vfs_of(SEC0)
+        write = sysfs_writer(node.root / "sys")
+        raced: list[str] = []
+
+        def racing(pf: str, count: int) -> None:
+            if not raced:
+                node.kernel.open_queues(names[2], 1)
+                raced.append(names[2])
+            write(pf, count)
+
+        now = [0.0]
+        profiles = VfProfiles(node.root / "sys", node.ask, racing, clock=lambda: now[0], grace=0)
+        run(profiles, node, settings(sec=4))
+        assert node.kernel.writes == [(SEC0, "0", errno.EBUSY)]
+        uacce = node.root / "sys" / "class" / "uacce"
+        assert [(uacce / n / "available_instances").read_text() for n in names[:2]] == ["0\n"] * 2
+        assert profiles.changes[0].reason == "write-failed"
+        node.kernel.open_queues(names[2], -1)  # the process ends
+        now[0] += 4000  # past the failed write's backoff
+        assert profiles.due()
+        assert run(profiles, node, settings(sec=4)) is True
+        assert node.kernel.writes[1:] == [(SEC0, "0", 0), (SEC0, "4", 0)]
