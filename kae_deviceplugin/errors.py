@@ -13,10 +13,12 @@
     ├── RegistrationFailed      the kubelet answered Register with an error
     ├── CheckpointError         the DRA checkpoint cannot be trusted (its path and why)
     │   ├── CheckpointCorrupt   not what this daemon writes: torn by hand, truncated, checksum
-    │   └── CheckpointTooNew    written by a newer daemon in a format this one does not know
+    │   ├── CheckpointTooNew    written by a newer daemon in a format this one does not know
+    │   └── CheckpointUnreadable  there, but not readable as a regular file (a symlink, a FIFO, EIO)
     ├── ClaimRefused            a claim the DRA plugin cannot prepare (the reason for the kubelet)
     └── ApiError                the API server refused a call or cannot be reached (its status)
-        └── KubeconfigError     no client: the kubeconfig or service account is unusable (why)
+        ├── KubeconfigError     no client: the kubeconfig or service account is unusable (why)
+        └── RequestBudgetSpent  not sent: this node's request budget for that kind of call is spent
 
 ``ConfigError`` is not an exception: it is one problem inside an ``InvalidConfig``.
 """
@@ -24,7 +26,7 @@
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -142,7 +144,10 @@ class ApiError(KaeDevicePluginError):
     """An API-server call failed: ``status`` is the HTTP status (0 when none was reached).
 
     ``verb`` and ``resource`` (``list``, ``resourceslices``) say what was asked, where the client
-    knows it: a 404 means "no such object" for a get and "no such API" for a list.
+    knows it: a 404 means "no such object" for a get and "no such API" for a list. ``details``
+    is the Status object's ``details`` where the answer had one: a 404 for an object that does
+    not exist names it there (``name``, ``group``, ``kind``: the resource's plural), one for an
+    API the server does not serve names nothing.
     """
 
     def __init__(
@@ -153,12 +158,14 @@ class ApiError(KaeDevicePluginError):
         reason: str = "",
         verb: str = "",
         resource: str = "",
+        details: Mapping[str, object] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason  # the Status object's reason: NotFound, Conflict, AlreadyExists...
         self.verb = verb
         self.resource = resource
+        self.details = details
 
 
 UNREACHABLE = "Unreachable"  # ApiError.reason where no answer came (status 0): no connection
@@ -177,6 +184,19 @@ class KubeconfigError(ApiError):
         self.exit_code = code
 
 
+class RequestBudgetSpent(ApiError):
+    """A request this node did not send: its lane of the token bucket already has as many
+    requests queued as may wait (``apiserver.paced``); the caller asks again later."""
+
+
+def cause(err: BaseException) -> str:
+    """An exception as the one-line cause of a refusal, never empty: ``str(TimeoutError())``
+    is "", which once answered the kubelet with an empty error."""
+    if isinstance(err, TimeoutError) and not str(err):
+        return "no answer in time (timed out)"
+    return str(err) or type(err).__name__
+
+
 class CheckpointError(KaeDevicePluginError):
     """The DRA checkpoint cannot be trusted; the message names its path and why.
 
@@ -193,6 +213,12 @@ class CheckpointCorrupt(CheckpointError):
 
 class CheckpointTooNew(CheckpointError):
     """The checkpoint carries a version this daemon does not know (written by a newer one)."""
+
+
+class CheckpointUnreadable(CheckpointError):
+    """The checkpoint (or the directory it lives in) is there but cannot be read as a regular
+    file: a symlink, a FIFO or a directory in its place, a permission or an I/O error. Only an
+    absent file is an empty checkpoint; anything else read as empty would forget every claim."""
 
 
 class ClaimRefused(KaeDevicePluginError):

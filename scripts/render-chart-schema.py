@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # render from this checkout's rules, not an installed copy's
 
-from kae_deviceplugin.config.chart_checks import render_value_template  # noqa: E402
-from kae_deviceplugin.config.chart_rules import render_schema  # noqa: E402 -- the path above
+from scripts.chart_tooling.chart_checks import render_value_template  # noqa: E402
+from scripts.chart_tooling.chart_rules import render_schema  # noqa: E402 -- the path above
 
 CHART = ROOT / "deploy" / "helm" / "kae-device-plugin"
 SCHEMA = CHART / "values.schema.json"

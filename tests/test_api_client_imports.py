@@ -59,7 +59,7 @@ def _run(code: str) -> str:
 
 def test_the_dra_driver_loads_no_api_client_library() -> None:
     """Its modules, the CLI and doctor's slice check, imported in a fresh interpreter: none of
-    lightkube, httpx, httpcore, anyio or msgspec (they stay for `kubectl kae` alone)."""
+    lightkube, httpx, httpcore, anyio or msgspec (no part of the project uses them)."""
     assert json.loads(_run(DRA_IMPORTS)) == []
 
 

@@ -87,3 +87,47 @@ def test_the_image_installs_the_kubectl_extra() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "[kubectl]" in dockerfile
     assert "kubectl-kae --version" in dockerfile
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The ``kae_deviceplugin`` modules a source file imports (at any depth of its code)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {n for n in names if n.startswith("kae_deviceplugin.")}
+
+
+def test_the_wheel_holds_the_product_and_only_the_test_support_demo_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every module of ``kae_deviceplugin.testing`` in the wheel is reached from a module
+    outside it (``demo`` runs the emulators), and the chart's build-time tooling is not in it:
+    test-only emulators live in tests/support, the chart tooling in scripts/chart_tooling."""
+    buildapi = pytest.importorskip("flit_core.buildapi")
+    monkeypatch.chdir(ROOT)
+    wheel = zipfile.ZipFile(tmp_path / buildapi.build_wheel(str(tmp_path)))
+    modules = {
+        n.removesuffix(".py").replace("/", ".")
+        for n in wheel.namelist()
+        if n.startswith("kae_deviceplugin/") and n.endswith(".py")
+    }
+    testing = {m for m in modules if m.startswith("kae_deviceplugin.testing.")}
+    reached = {
+        imported
+        for m in modules - testing
+        for imported in _imported_modules(ROOT / (m.replace(".", "/") + ".py"))
+    } & testing
+    frontier = set(reached)
+    while frontier:
+        module = frontier.pop()
+        more = _imported_modules(ROOT / (module.replace(".", "/") + ".py")) & testing
+        frontier |= more - reached
+        reached |= more
+    assert testing - {"kae_deviceplugin.testing.__init__"} == reached
+    assert not {m for m in modules if m.startswith("kae_deviceplugin.config.chart_")}

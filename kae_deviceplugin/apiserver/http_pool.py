@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from kae_deviceplugin.apiserver.http1 import Connection, Endpoint, Head
+from kae_deviceplugin.apiserver.http1 import MAX_BODY, Connection, Endpoint, Head
 
 IDLE_CONNECTIONS = 4  # kept for the next call; the driver seldom has more under way at once
 
@@ -19,8 +19,9 @@ IDLE_CONNECTIONS = 4  # kept for the next call; the driver seldom has more under
 class Pool:
     """The connections to ``endpoint``; ``close`` closes every one, a watch's too."""
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, max_body: int = MAX_BODY) -> None:
         self.endpoint = endpoint
+        self.max_body = max_body
         self._idle: list[Connection] = []
         self._held: set[Connection] = set()  # by a watch
 
@@ -49,7 +50,7 @@ class Pool:
 
     async def hold(self) -> Connection:
         """A new connection for a watch, closed by ``release_held`` (or ``close``)."""
-        connection = await Connection.open(self.endpoint)
+        connection = await Connection.open(self.endpoint, self.max_body)
         self._held.add(connection)
         return connection
 
@@ -72,7 +73,7 @@ class Pool:
             if not connection.stale:
                 return connection, True
             connection.close()
-        return await Connection.open(self.endpoint), False
+        return await Connection.open(self.endpoint, self.max_body), False
 
     def _release(self, connection: Connection) -> None:
         if connection.reusable and len(self._idle) < IDLE_CONNECTIONS:

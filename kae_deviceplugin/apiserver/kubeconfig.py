@@ -17,11 +17,24 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+from kae_deviceplugin.apiserver.kubeconfig_fields import check_cluster, check_user
 from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, KubeconfigError
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 SERVICE_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+
+
+def redacted(url: str) -> str:
+    """``url`` without the ``user:password@`` it may carry: every message names the server."""
+    try:
+        parts = urlsplit(url)
+        if "@" not in parts.netloc:
+            return url
+        return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    except ValueError:
+        return "(a URL that does not parse)"
 
 
 def _bad(path: Path, why: str) -> KubeconfigError:
@@ -117,7 +130,22 @@ def load_kubeconfig(path: Path) -> tuple[dict[str, Any], str]:
     """The kubeconfig's content and the URL of its current context's server; KubeconfigError
     naming ``path`` and what is wrong (exit 2 for the file's content or a path that is no file,
     3 for a file the daemon cannot read)."""
-    config = _parsed(path, _text(path))
+    return check_kubeconfig(read_kubeconfig(path), path)
+
+
+def read_kubeconfig(path: Path) -> dict[str, Any]:
+    """The file's content, a mapping; KubeconfigError (one line, never a line of the file:
+    it may hold a token) for anything else."""
+    return _parsed(path, _text(path))
+
+
+def check_kubeconfig(
+    config: dict[str, Any], path: Path, context_name: str | None = None
+) -> tuple[dict[str, Any], str]:
+    """``config`` with ``context_name`` (default: its current-context) as its current context,
+    checked; and that context's server URL (without credentials)."""
+    if context_name is not None:
+        config = {**config, "current-context": context_name}
     current = config.get("current-context")
     if not isinstance(current, str) or not current:
         raise _bad(path, "sets no current-context (kubectl config use-context NAME sets one)")
@@ -133,9 +161,11 @@ def load_kubeconfig(path: Path) -> tuple[dict[str, Any], str]:
     server = cluster.get("server")
     if not isinstance(server, str) or not server:
         raise _bad(path, f": cluster {context.get('cluster')} has no server URL")
+    check_cluster(cluster, str(context.get("cluster")), lambda why: _bad(path, why))
+    check_user(user, str(context.get("user")), lambda why: _bad(path, why))
     _check_files(path, cluster, ("certificate-authority",))
     _check_files(path, user, ("client-certificate", "client-key", "tokenFile"))
-    return config, server
+    return config, redacted(server)
 
 
 def _check_files(path: Path, section: Mapping[str, Any], keys: tuple[str, ...]) -> None:

@@ -5,52 +5,81 @@ brought ~10 MiB resident for them (httpx, httpcore, anyio and lightkube's models
 the daemon at rest. So the requests are made here, as the library made them: the same paths,
 ``fieldManager`` on writes, a server-side apply as ``application/apply-patch+yaml`` with
 ``force``, a watch resumed from its last event when the server ends it cleanly. Connections are
-kept alive for the next call. Every call is bounded (``REQUEST_TIMEOUT``), and so is a watch's
-silence: it asks the server to end it after ``WATCH_SECONDS``, and a stream that neither sends
-nor ends for longer than that is a broken one (a server gone without a reset, a cut path).
+kept alive for the next call. Every call is bounded (``rest_wire.REQUEST_TIMEOUT``), and so is
+a watch's silence (``rest_watch``: a stream that neither sends nor ends past the timeout it
+asked is a broken one: a server gone without a reset, a cut path).
+
+Every HTTP request a call makes beyond its first (a list's next page, a watch asked again, a
+request repeated after a 401) is announced to ``before_request`` first, so whoever paces and
+counts calls (``paced.PacedApi``) paces and counts requests. A watch the server ends without
+sending anything is asked again only after a backoff (capped, jittered), never at once. A
+body is bounded (``http1.MAX_BODY``) and so is what parsing it can make
+(``rest_wire.MAX_OBJECT_SHARE``): no answer can outgrow the pod's memory limit.
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from kae_deviceplugin.apiserver import rest_watch
 from kae_deviceplugin.apiserver.credentials import Target, from_kubeconfig, from_service_account
-from kae_deviceplugin.apiserver.http1 import Connection, Head, lines
+from kae_deviceplugin.apiserver.http1 import MAX_BODY, Head
 from kae_deviceplugin.apiserver.http_pool import Pool
 from kae_deviceplugin.apiserver.kubeconfig import check_service_account, load_kubeconfig
-from kae_deviceplugin.apiserver.rest_errors import EventError, Refused, Silent, translated
+from kae_deviceplugin.apiserver.rest_errors import Refused, translated
+from kae_deviceplugin.apiserver.rest_wire import REQUEST_TIMEOUT, bounded, decode, selector, typed
 from kae_deviceplugin.apiserver.seam import JsonObject, Kind, WatchStart
 from kae_deviceplugin.errors import EXIT_ENVIRONMENT, EXIT_USAGE, KubeconfigError
 
+log = logging.getLogger(__name__)
+
+__all__ = ["REQUEST_TIMEOUT", "RestApi", "client_for", "connect", "decode"]
+
 FIELD_MANAGER = "kae-deviceplugin"
-REQUEST_TIMEOUT = 10.0  # per call: a slow API server must not wedge a kubelet call for 45 s
-WATCH_SECONDS = 300  # the server ends a watch this quiet cleanly, and it is resumed
-WATCH_SILENCE = WATCH_SECONDS + 30.0  # longer without a line or the end: the stream is broken
 APPLY = "application/apply-patch+yaml"  # JSON is YAML: the body is the object's JSON
 USER_AGENT = "kae-deviceplugin"
+
+# Called before each request a call makes beyond its first: (verb, kind).
+BeforeRequest = Callable[[str, Kind], Awaitable[None]]
 
 
 class RestApi:
     """The calls of ``seam.ApiServer`` to one ``Target``; ``server`` (its URL) is named in
     every error, so a message says which API server refused or was away."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(
+        self,
+        target: Target,
+        *,
+        max_body: int = MAX_BODY,
+        page_size: int | None = None,
+        max_items: int | None = None,
+        before_request: BeforeRequest | None = None,
+    ) -> None:
         self.target = target
         self.server = target.server
-        self._pool = Pool(target.endpoint)
+        self.max_body = max_body
+        self.page_size = page_size  # a list asks pages of this many (``limit``), each bounded
+        self.max_items = max_items  # a list that grows past this many objects is refused
+        self.before_request = before_request
+        self.rng = random.Random()
+        self.pool = Pool(target.endpoint, max_body)
 
     # -- the seam -------------------------------------------------------------------------------
 
     async def get(self, kind: Kind, name: str, namespace: str | None = None) -> JsonObject:
-        path = self._path(kind, namespace, name)
-        answer: JsonObject = await self._call("get", kind, name, "GET", path)
+        path = self.path(kind, namespace, name)
+        answer = await self._call("get", kind, name, "GET", path)
+        if not isinstance(answer, dict):
+            async with translated("get", kind.plural, name, self.server):
+                raise TypeError(f"a JSON {type(answer).__name__} where an object belongs")
         return answer
 
     async def list(self, kind: Kind, field_selector: Mapping[str, str]) -> list[JsonObject]:
@@ -60,37 +89,49 @@ class RestApi:
     async def list_versioned(
         self, kind: Kind, field_selector: Mapping[str, str]
     ) -> tuple[builtins.list[JsonObject], str]:
-        query = {"fieldSelector": _selector(field_selector)} if field_selector else {}
+        query = {"fieldSelector": selector(field_selector)} if field_selector else {}
+        if self.page_size:
+            query["limit"] = str(self.page_size)
         items: builtins.list[JsonObject] = []
-        while True:  # the server pages only when asked to (limit): once, but follow it if it does
-            page = await self._call("list", kind, None, "GET", self._path(kind, None), query=query)
+        further = False
+        while True:  # the server pages only when asked to (limit): follow it if it does
+            path = self.path(kind, None)
+            page = await self._call("list", kind, None, "GET", path, query=query, further=further)
+            if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
+                async with translated("list", kind.plural, None, self.server):
+                    raise TypeError("a list answer without a list of items")
             items += page.get("items") or []
-            metadata = page.get("metadata") or {}
+            if self.max_items is not None and len(items) > self.max_items:
+                async with translated("list", kind.plural, None, self.server):
+                    raise ValueError(f"more than {self.max_items} objects")
+            further = True
+            found = page.get("metadata")
+            metadata: JsonObject = found if isinstance(found, dict) else {}
             if not metadata.get("continue"):
                 return items, str(metadata.get("resourceVersion") or "")
             query = {**query, "continue": metadata["continue"]}
 
     async def create(self, kind: Kind, body: JsonObject) -> JsonObject:
         metadata = body["metadata"]
-        path = self._path(kind, metadata.get("namespace"))
+        path = self.path(kind, metadata.get("namespace"))
         query = {"fieldManager": FIELD_MANAGER}
         made: JsonObject = await self._call(
-            "create", kind, metadata.get("name"), "POST", path, query=query, body=_typed(kind, body)
+            "create", kind, metadata.get("name"), "POST", path, query=query, body=typed(kind, body)
         )
         return made
 
     async def replace(self, kind: Kind, body: JsonObject) -> JsonObject:
         metadata = body["metadata"]
-        path = self._path(kind, metadata.get("namespace"), metadata["name"])
+        path = self.path(kind, metadata.get("namespace"), metadata["name"])
         query = {"fieldManager": FIELD_MANAGER}
         replaced: JsonObject = await self._call(
-            "replace", kind, metadata["name"], "PUT", path, query=query, body=_typed(kind, body)
+            "replace", kind, metadata["name"], "PUT", path, query=query, body=typed(kind, body)
         )
         return replaced
 
     async def apply_status(self, kind: Kind, body: JsonObject) -> JsonObject:
         metadata = body["metadata"]
-        path = self._path(kind, metadata.get("namespace"), metadata["name"], "status")
+        path = self.path(kind, metadata.get("namespace"), metadata["name"], "status")
         query = {"fieldManager": FIELD_MANAGER, "force": "true"}
         applied: JsonObject = await self._call(
             "apply",
@@ -105,32 +146,24 @@ class RestApi:
         return applied
 
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
-        await self._call("delete", kind, name, "DELETE", self._path(kind, namespace, name))
+        await self._call("delete", kind, name, "DELETE", self.path(kind, namespace, name))
 
-    async def watch(
+    def watch(
         self, kind: Kind, field_selector: Mapping[str, str], start: WatchStart | None = None
     ) -> AsyncIterator[tuple[str, JsonObject]]:
-        version = start
-        async with translated("watch", kind.plural, None, self.server, stream=True):
-            while True:  # a clean end is resumed from the last event seen, as the seam says
-                query = {"watch": "true", "timeoutSeconds": str(WATCH_SECONDS)}
-                if field_selector:
-                    query["fieldSelector"] = _selector(field_selector)
-                if version is not None:
-                    query["resourceVersion"] = version
-                # Closed at once when the caller stops reading, not when it is collected: the
-                # stream's connection goes with it.
-                async with contextlib.aclosing(self._stream(self._path(kind, None), query)) as got:
-                    async for event, obj in got:
-                        version = obj["metadata"]["resourceVersion"]
-                        yield event, obj
+        return rest_watch.watch(self, kind, field_selector, start)
+
+    async def before(self, verb: str, kind: Kind) -> None:
+        """Announce a request beyond a call's first to ``before_request`` (pacing, counting)."""
+        if self.before_request is not None:
+            await self.before_request(verb, kind)
 
     async def close(self) -> None:
-        await self._pool.close()
+        await self.pool.close()
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _path(
+    def path(
         self, kind: Kind, namespace: str | None, name: str | None = None, sub: str | None = None
     ) -> str:
         parts = (
@@ -154,28 +187,36 @@ class RestApi:
         query: Mapping[str, str] | None = None,
         body: JsonObject | None = None,
         content_type: str = "application/json",
+        further: bool = False,
     ) -> Any:
-        """One request's JSON answer (None for an empty one), or ApiError."""
+        """One request's JSON answer (None for an empty one), or ApiError; ``further``: not the
+        call's first request (``before_request`` is asked first)."""
         target = f"{path}?{urlencode(query)}" if query else path
         payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         async with translated(verb, kind.plural, name, self.server):
-            async with _bounded():
-                head, data = await self._authorized(method, target, payload, content_type)
+            if further:
+                await self.before(verb, kind)
+            await self.target.authorization.header()  # an exec plugin has a bound of its own
+            async with bounded():
+                head, data = await self._authorized(verb, kind, method, target, payload=payload,
+                                                    content_type=content_type)  # fmt: skip
             if not 200 <= head.status < 300:
                 raise Refused(head, data)
-            return json.loads(data) if data.strip() else None
+            return decode(data, self.max_body) if data.strip() else None
 
     async def _authorized(
-        self, method: str, target: str, payload: bytes, content_type: str
+        self, verb: str, kind: Kind, method: str, target: str, *, payload: bytes, content_type: str
     ) -> tuple[Head, bytes]:
         """The answer, asked again once with the token read anew after a 401 (a rotated
         service-account token, an exec plugin's expired one)."""
+        used = await self.target.authorization.header()
         answer = await self._exchange(method, target, payload, content_type)
-        if answer[0].status == 401 and await self.target.authorization.refresh():
+        if answer[0].status == 401 and await self.target.authorization.refresh(used):
+            await self.before(verb, kind)
             answer = await self._exchange(method, target, payload, content_type)
         return answer
 
-    async def _headers(self, payload: bytes, content_type: str) -> dict[str, str]:
+    async def headers(self, payload: bytes, content_type: str) -> dict[str, str]:
         headers = {
             "Host": self.target.endpoint.authority,
             "User-Agent": USER_AGENT,
@@ -184,6 +225,8 @@ class RestApi:
         authorization = await self.target.authorization.header()
         if authorization is not None:
             headers["Authorization"] = authorization
+        if self.target.impersonate:
+            headers["Impersonate-User"] = self.target.impersonate
         if payload:
             headers["Content-Type"] = content_type
         return headers
@@ -191,87 +234,8 @@ class RestApi:
     async def _exchange(
         self, method: str, target: str, payload: bytes, content_type: str
     ) -> tuple[Head, bytes]:
-        headers = await self._headers(payload, content_type)
-        return await self._pool.exchange(method, target, headers, payload)
-
-    async def _stream(
-        self, path: str, query: Mapping[str, str]
-    ) -> AsyncGenerator[tuple[str, JsonObject]]:
-        """One watch request's events, until the server ends it; ``Refused`` for a refusal,
-        ``EventError`` for an ERROR event (410: the version is too old)."""
-        target = f"{path}?{urlencode(query)}"
-        connection, head = await self._open_watch(target)
-        try:
-            if head.status == 401 and await self.target.authorization.refresh():
-                self._pool.release_held(connection)
-                connection, head = await self._open_watch(target)
-            if head.status != 200:
-                async with _bounded():
-                    raise Refused(head, await connection.body(head))
-            parts = connection.chunks() if head.chunked else _whole(connection, head)
-            events = lines(parts)
-            while True:
-                try:
-                    async with asyncio.timeout(WATCH_SILENCE):
-                        line = await anext(events)
-                except StopAsyncIteration:
-                    return
-                except TimeoutError:
-                    raise Silent(f"no event nor end of the watch in {WATCH_SILENCE:g} s") from None
-                yield _event(line)
-        finally:
-            self._pool.release_held(connection)
-
-    async def _open_watch(self, target: str) -> tuple[Connection, Head]:
-        """A new connection (a watch holds it) with the watch's answer head read."""
-        headers = await self._headers(b"", "")
-        async with _bounded():
-            connection = await self._pool.hold()
-        try:
-            async with _bounded():
-                await connection.send("GET", target, headers, b"")
-                return connection, await connection.head()
-        except BaseException:
-            self._pool.release_held(connection)
-            raise
-
-
-@contextlib.asynccontextmanager
-async def _bounded() -> AsyncIterator[None]:
-    """``REQUEST_TIMEOUT`` for what is inside; ``Silent`` (no answer) when it passes."""
-    try:
-        async with asyncio.timeout(REQUEST_TIMEOUT):
-            yield
-    except TimeoutError:
-        raise Silent(f"no answer within {REQUEST_TIMEOUT:g} s") from None
-
-
-async def _whole(connection: Connection, head: Head) -> AsyncIterator[bytes]:
-    """A watch answered with a body of known length (no proxy we know does): all of it."""
-    async with _bounded():
-        data = await connection.body(head)
-    yield data
-
-
-def _event(line: bytes) -> tuple[str, JsonObject]:
-    """(type, object) of a watch line; ``EventError`` for an ERROR event; ValueError,
-    KeyError or TypeError for a line that is no event."""
-    event = json.loads(line)
-    kind, obj = event["type"], event["object"]
-    if not isinstance(kind, str) or not isinstance(obj, dict):
-        raise TypeError(f"a watch event of type {type(kind).__name__}")
-    if kind == "ERROR":
-        raise EventError(obj)
-    return kind, obj
-
-
-def _selector(fields: Mapping[str, str]) -> str:
-    return ",".join(f"{name}={value}" for name, value in fields.items())
-
-
-def _typed(kind: Kind, body: JsonObject) -> JsonObject:
-    """``body`` with its apiVersion and kind, which the server requires (filled where unset)."""
-    return {"apiVersion": kind.api_version, "kind": kind.kind, **body}
+        headers = await self.headers(payload, content_type)
+        return await self.pool.exchange(method, target, headers, payload)
 
 
 def connect(kubeconfig: Path | None) -> RestApi:
@@ -279,17 +243,30 @@ def connect(kubeconfig: Path | None) -> RestApi:
     KubeconfigError naming the file and what is wrong with it when neither gives one."""
     if kubeconfig is not None:
         content, server = load_kubeconfig(kubeconfig)
-        where, code = str(kubeconfig), EXIT_USAGE
-    else:
-        server, where, code = check_service_account(), "the pod's service account", EXIT_ENVIRONMENT
+        return client_for(content, server, kubeconfig)
+    server = check_service_account()
     try:
-        if kubeconfig is not None:
-            return RestApi(from_kubeconfig(content, server, kubeconfig))
         return RestApi(from_service_account(server))
+    except Exception as err:  # the CA file unreadable or no PEM
+        said = f"no client for {server} can be made from it: {_first_line(err)}"
+        raise KubeconfigError(f"the pod's service account: {said}", code=EXIT_ENVIRONMENT) from err
+
+
+def client_for(content: Mapping[str, Any], server: str, where: Path, **options: Any) -> RestApi:
+    """A client for a checked kubeconfig's current context (``options``: ``RestApi``'s, and
+    ``show_stderr`` for an exec plugin's); KubeconfigError naming ``where`` when none can be
+    made. Running without TLS verification is said once, as a warning, here."""
+    show_stderr = bool(options.pop("show_stderr", False))
+    try:
+        target = from_kubeconfig(content, server, where, show_stderr=show_stderr)
     except Exception as err:  # a CA or key file unreadable or no PEM, a field of the wrong type
-        raise KubeconfigError(
-            f"{where}: no client for {server} can be made from it: {_first_line(err)}", code=code
-        ) from err
+        raise KubeconfigError(f"{where}: no client for {server} can be made from it: "
+                              f"{_first_line(err)}", code=EXIT_USAGE) from err  # fmt: skip
+    if target.insecure:
+        said = "anyone on the path can read and change what this client asks"
+        log.warning("TLS verification of %s is off (insecure-skip-tls-verify in %s): %s",
+                    server, where, said)  # fmt: skip
+    return RestApi(target, **options)
 
 
 def _first_line(err: BaseException) -> str:

@@ -101,14 +101,20 @@ async def translated(
         if status is None:
             raise not_a_status(at, code, err.head.reason, asked) from None
         said, code, reason = status_said(status, code)
-        raise ApiError(f"{at}: {said}", status=code, reason=reason, **asked) from None
+        details = status.get("details")
+        details = details if isinstance(details, Mapping) else None
+        raise ApiError(f"{at}: {said}", status=code, reason=reason, details=details,
+                       **asked) from None  # fmt: skip
     except EventError as err:  # no HTTP answer of its own: the event's Status says it all
         said, code, reason = status_said(err.status, 0)
         raise ApiError(f"{at}: {said}", status=code, reason=reason, **asked) from None
     except CredentialError as err:
         raise ApiError(f"{at}: no credentials: {err}", **asked) from None
+    except ProtocolError as err:  # an answer, but none this client reads (too large, garbled)
+        raise ApiError(f"{at}: no usable answer ({err})", reason=UNREACHABLE,
+                       **asked) from err  # fmt: skip
     # Before ValueError: a certificate refused (SSLCertVerificationError) is both.
-    except (OSError, EOFError, ProtocolError, asyncio.LimitOverrunError) as err:
+    except (OSError, EOFError, asyncio.LimitOverrunError) as err:
         raise ApiError(f"{at}: API server not reachable ({_unreachable(err)})",
                        reason=UNREACHABLE, **asked) from err  # fmt: skip
     except (ValueError, KeyError, TypeError) as err:

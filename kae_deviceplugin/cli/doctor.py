@@ -1,13 +1,14 @@
 """`kae-deviceplugin doctor`: why a node shows fewer KAE devices than expected, check by check.
 
 The checks follow the path from hardware to a pod: the engines on the PCI bus and their drivers
-(:mod:`kae_deviceplugin.cli.hardware`), the uacce class, each device's health (with the fix for
-each reason), ``/dev`` nodes, the kubelet's directories and sockets, a daemon running and
-registered (its ``/readyz``), the NFD feature file. Each check is a function of the paths it
-reads and returns rows; only the daemon check talks to a process, with a short timeout. A
-``fail`` row is something that keeps devices from pods (exit 1). In DRA mode the device
-plugin's socket checks give way to the driver's (:mod:`kae_deviceplugin.cli.doctor_dra`),
-imported then only, so that device-plugin mode loads neither the DRA modules nor an API client.
+(:mod:`kae_deviceplugin.cli.hardware`, with an absent engine's likely cause), the uacce class, each
+device's health (with the fix for each reason), SVA, CMA and the drivers' provenance
+(:mod:`kae_deviceplugin.cli.doctor_facts`), ``/dev`` nodes, the kubelet's directories and sockets,
+a daemon running and registered (its ``/readyz``), the NFD feature file. Each check is a function
+of the paths it reads and returns rows; only the daemon check talks to a process, with a short
+timeout. A ``fail`` row is something that keeps devices from pods (exit 1). In DRA mode the device
+plugin's socket checks give way to the driver's (:mod:`kae_deviceplugin.cli.doctor_dra`), imported
+then only, so that device-plugin mode loads neither the DRA modules nor an API client.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kae_deviceplugin.cli.allocations import endpoint_url
 from kae_deviceplugin.cli.checks import Row, Status
+from kae_deviceplugin.cli.doctor_facts import check_node_facts
 from kae_deviceplugin.cli.doctor_vfs import check_vf_profiles, claims_for
 from kae_deviceplugin.cli.hardware import check_hardware
 from kae_deviceplugin.config.settings import Mode
@@ -38,6 +40,7 @@ from kae_deviceplugin.core.views import VfProfile
 
 if TYPE_CHECKING:
     from kae_deviceplugin.apiserver.seam import ApiServer
+from kae_deviceplugin.discovery.node_facts import proc_root_for, read_node_facts
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.observability import nfd
 
@@ -217,10 +220,14 @@ def run_checks(
         fix = "--sysfs-root must name the node's /sys"
         rows = [Row("sysfs", Status.FAIL, f"{targets.sysfs_root} is not a directory", (fix,))]
         inventory = Inventory()
+        facts = None
     else:
-        rows, hardware = check_hardware(targets.sysfs_root, inventory)
+        facts = read_node_facts(targets.sysfs_root, inventory)
+        rows, hardware = check_hardware(targets.sysfs_root, inventory, facts.absent)
         rows += check_uacce_class(targets.sysfs_root, inventory, hardware)
     rows += check_devices(inventory)
+    if facts is not None:
+        rows += check_node_facts(facts, inventory, proc_root_for(targets.sysfs_root))
     rows += check_dev_nodes(targets.dev_root, inventory)
     dra = targets.mode == "dra"
     rows += check_dra(targets, inventory, connect) if dra else check_kubelet(targets.kubelet_root)

@@ -132,9 +132,33 @@ def check_slices(
         return [Row(CHECK, Status.FAIL, "no node name: cannot look for its slices", (fix,))]
     try:
         api = (connect or real_connect)(kubeconfig)
-        slices, node_known = asyncio.run(_read(api, node))
     except ApiError as err:
         return [_api_error(err, kubeconfig)]
+    said = _insecure_rows(api)
+    try:
+        slices, node_known = asyncio.run(_read(api, node))
+    except ApiError as err:
+        return [*said, _api_error(err, kubeconfig)]
+    return said + _slice_rows(inventory, sysfs_root, node, slices, node_known)
+
+
+def _insecure_rows(api: ApiServer) -> list[Row]:
+    """A warning when the kubeconfig turned TLS verification off (the real client says)."""
+    target = getattr(api, "target", None)
+    if not getattr(target, "insecure", False):
+        return []
+    detail = f"TLS verification of {getattr(api, 'server', '')} is off (insecure-skip-tls-verify)"
+    fix = "give the cluster's certificate-authority in the kubeconfig instead"
+    return [Row("api tls", Status.WARN, detail, (fix,))]
+
+
+def _slice_rows(
+    inventory: Inventory,
+    sysfs_root: Path,
+    node: str,
+    slices: list[JsonObject],
+    node_known: bool,
+) -> list[Row]:
     if not node_known:
         return [Row(CHECK, Status.FAIL, f"no node {node} in the API", (NODE_FIX,))]
     if not slices:

@@ -9,33 +9,28 @@ not bound); a driver loaded with no uacce device; or devices, which the device r
 
 from __future__ import annotations
 
-import os
 import platform
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from kae_deviceplugin.cli.checks import Row, Status
 from kae_deviceplugin.core.engines import ENGINES, HUAWEI_PCI_VENDOR, Engine
 from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.discovery.absence import Absence, no_uacce_fixes, pci_functions
+from kae_deviceplugin.discovery.absence import PciFunction as Function
+from kae_deviceplugin.discovery.node_facts import (
+    CPU_PARTS,
+    HISILICON_IMPLEMENTER,
+    proc_root_for,
+    read_cpu,
+    read_driver,
+)
 from kae_deviceplugin.discovery.scan import module_version
 
-HISILICON_IMPLEMENTER = 0x48
-CPU_PARTS = {0xD01: "Kunpeng 920"}  # MIDR_EL1 part numbers of HiSilicon cores
 NO_HARDWARE_FIX = (
     "nothing to load here: keep the plugin to KAE nodes (the chart's nfd.requireLabel=true "
     "selects nodes labelled openfuyao.com/kae.present=true)"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Function:
-    """A KAE engine's PCI function and the driver bound to it (None: unbound)."""
-
-    address: str
-    engine: Engine
-    virtual: bool
-    driver: str | None
 
 
 def _read(path: Path) -> str | None:
@@ -43,28 +38,6 @@ def _read(path: Path) -> str | None:
         return path.read_text(encoding="ascii", errors="replace").strip()
     except OSError:
         return None
-
-
-def pci_functions(sysfs_root: Path) -> tuple[int, list[Function]]:
-    """How many PCI functions the node has, and those that are KAE engines."""
-    devices = sysfs_root / "bus" / "pci" / "devices"
-    try:
-        entries = sorted(os.listdir(devices))
-    except OSError:
-        return 0, []
-    ids = {e.pf_device_id: (e, False) for e in ENGINES} | {
-        e.vf_device_id: (e, True) for e in ENGINES
-    }
-    found = []
-    for address in entries:
-        if _read(devices / address / "vendor") != HUAWEI_PCI_VENDOR:
-            continue
-        match = ids.get(_read(devices / address / "device") or "")
-        if match is not None:
-            link = devices / address / "driver"
-            driver = os.path.basename(os.readlink(link)) if link.is_symlink() else None
-            found.append(Function(address, match[0], match[1], driver))
-    return len(entries), found
 
 
 def cpu_description(sysfs_root: Path) -> str:
@@ -79,6 +52,9 @@ def cpu_description(sysfs_root: Path) -> str:
         if implementer == HISILICON_IMPLEMENTER:
             return f"arm64, HiSilicon {CPU_PARTS.get(part, f'part {part:#x}')}"
         return f"arm64, implementer {implementer:#x} (not HiSilicon: no KAE engines)"
+    cpu = read_cpu(sysfs_root, proc_root_for(sysfs_root))  # an arm64 kernel's /proc/cpuinfo
+    if cpu.implementer is not None:
+        return f"arm64, {cpu.describe()}"
     if sysfs_root.resolve() == Path("/sys"):
         return f"{platform.machine()} (KAE engines come with Kunpeng arm64 SoCs)"
     if cpus.is_dir():
@@ -121,42 +97,66 @@ def _missing_devices(sysfs_root: Path, engine: Engine, functions: list[Function]
         fix += f"modprobe -r {driver} && modprobe {driver} uacce_mode=1"
     elif not (sysfs_root / "class" / "uacce").is_dir():
         fix = "the kernel has no uacce class: it needs CONFIG_UACCE (the uacce module)"
-    else:
-        fix = f"the kernel log of {functions[0].address} says why no uacce device registered"
+    else:  # the kernel's own driver without SVA, or what the kernel log says
+        facts = read_driver(sysfs_root, driver)
+        return Row(check, Status.FAIL, detail, no_uacce_fixes(sysfs_root, functions, facts))
     return Row(check, Status.FAIL, detail, (fix,))
 
 
-def _engine_row(sysfs_root: Path, engine: Engine, functions: list[Function], inv: Inventory) -> Row:
+def _engine_row(
+    sysfs_root: Path,
+    engine: Engine,
+    functions: list[Function],
+    inv: Inventory,
+    absence: Absence | None = None,
+) -> Row:
     check = f"engine {engine.name}"
     ids = f"{HUAWEI_PCI_VENDOR[2:]}:{engine.pf_device_id[2:]}/{engine.vf_device_id[2:]}"
     with_device = {d.pci_address for d in inv if d.engine == engine.name}
     if not functions and not with_device:
-        return Row(check, Status.SKIP, f"no {engine.name.upper()} function ({ids}) on this node")
+        detail = f"no {engine.name.upper()} function ({ids}) on this node"
+        if absence is None:  # not a HiSilicon CPU: nothing is missing
+            return Row(check, Status.SKIP, detail)
+        return Row(check, Status.WARN, f"{detail}: {absence.detail}", absence.fixes)
     missing = [f for f in functions if f.address not in with_device]
     if missing:
         return _missing_devices(sysfs_root, engine, missing)
     module = sysfs_root / "module" / engine.driver
     version = module_version(str(module)) if module.is_dir() else None
-    loaded = f"loaded, version {version or 'unknown'}" if module.is_dir() else "built in"
+    # A built-in driver has no module directory, or one without initstate (issue 37).
+    built_in = read_driver(sysfs_root, engine.driver).provenance in (None, "built-in")
+    loaded = "built in" if built_in else "loaded"
+    loaded += f", version {version or 'unknown'}" if module.is_dir() else ""
     pfs = sum(not f.virtual for f in functions)
     counts = f"{pfs} PF, {len(functions) - pfs} VF" if functions else f"{len(with_device)} devices"
     return Row(check, Status.OK, f"{counts}; driver {engine.driver} {loaded}")
 
 
-def check_hardware(sysfs_root: Path, inventory: Inventory) -> tuple[list[Row], bool]:
-    """The hardware row and one row per engine; and whether any KAE hardware was found."""
+def check_hardware(
+    sysfs_root: Path, inventory: Inventory, absent: Sequence[Absence] = ()
+) -> tuple[list[Row], bool]:
+    """The hardware row and one row per engine; and whether any KAE hardware was found.
+
+    ``absent`` (the node facts' likely causes, given only on a HiSilicon CPU) says why an engine
+    has no function on the bus; on a node with none at all, why there is no KAE hardware."""
     count, functions = pci_functions(sysfs_root)
     cpu = cpu_description(sysfs_root)
+    causes = {a.engine: a for a in absent}
     if not functions and not inventory.devices:
         detail = (
             f"no KAE hardware on this node: none of the {count} PCI functions in "
             f"{sysfs_root / 'bus' / 'pci' / 'devices'} is a KAE engine (vendor "
             f"{HUAWEI_PCI_VENDOR[2:]}); CPU: {cpu}"
         )
-        return [Row("hardware", Status.FAIL, detail, (NO_HARDWARE_FIX,))], False
+        fixes: tuple[str, ...] = (NO_HARDWARE_FIX,)
+        likely = [a for a in absent if not a.cause.startswith("driver")]
+        if likely:  # a Kunpeng without engines: the likely cause, and its fix first
+            detail += f"; {likely[0].detail}"
+            fixes = (*likely[0].fixes, NO_HARDWARE_FIX)
+        return [Row("hardware", Status.FAIL, detail, fixes)], False
     shown = ", ".join(f"{e.name} {sum(f.engine == e for f in functions)}" for e in ENGINES)
     rows = [Row("hardware", Status.OK, f"KAE functions: {shown}; CPU: {cpu}")]
     for engine in ENGINES:
         mine = [f for f in functions if f.engine == engine]
-        rows.append(_engine_row(sysfs_root, engine, mine, inventory))
+        rows.append(_engine_row(sysfs_root, engine, mine, inventory, causes.get(engine.name)))
     return rows, True

@@ -28,6 +28,7 @@ JSON_KEYS: tuple[str, ...] = (
     "dev_node_exists",
     "driver",
     "driver_version",
+    "sva",
 )
 
 
@@ -52,6 +53,7 @@ def device_record(device: UacceDevice) -> dict[str, object]:
         "dev_node_exists": device.dev_node_exists,
         "driver": device.driver,
         "driver_version": device.driver_version,
+        "sva": device.sva,
     }
 
 

@@ -31,7 +31,8 @@ _DURATION = re.compile(rf"([+-]?)((?:{_NUMBER}(?:{_UNIT}))+|{_NUMBER})")
 _HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?:\.(?!-)[A-Za-z0-9-]{1,63})*\.?")
 _DURATION_WHY = "must be a number of seconds or a duration such as 500ms, 1s, 2m"
 SCAN_INTERVAL_WHY: Final = "must be more than 0s and at most 1h"
-# The spellings above, for the chart's value rules (config/chart_rules.py): one grammar for both.
+# The spellings above, for the chart's value rules (scripts/chart_tooling/chart_rules.py):
+# one grammar for both.
 UNITS: Final = MappingProxyType(_UNITS)
 NUMBER_PATTERN: Final = _NUMBER
 DURATION_PATTERN: Final = _DURATION.pattern

@@ -7,13 +7,16 @@ Device names are PCI addresses, so ``openfuyao.com/kae=0000:79:00.0`` stays stab
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kae_deviceplugin.container import safe_fs
 from kae_deviceplugin.core.model import UacceDevice
+from kae_deviceplugin.errors import StartupError
 
 if TYPE_CHECKING:  # edits names devices by qualified_name(): a type-only import, no cycle
     from kae_deviceplugin.container.edits import ContainerEdits as DeviceEdits
@@ -68,3 +71,17 @@ def write_spec(cdi_dir: Path, spec: dict[str, object]) -> bool:
     except OSError as err:
         raise OSError(f"cannot write the CDI spec {cdi_dir / SPEC_FILE}: {err.strerror}") from err
     return True
+
+
+def check_cdi_dir(cdi_dir: Path) -> None:
+    """A CDI directory this daemon can write, or a refusal in one line."""
+    try:
+        with safe_fs.open_root(cdi_dir):
+            pass
+        if not os.access(cdi_dir, os.W_OK):
+            raise PermissionError(errno.EACCES, "not writable", str(cdi_dir))
+    except OSError as err:
+        raise StartupError(
+            f"--cdi-dir {cdi_dir}: {err.strerror or err}; it must be a directory this "
+            "daemon can write (the container runtime reads claims' CDI specs there)"
+        ) from None

@@ -128,13 +128,41 @@ def open_subdir(
 def read_file(dir_fd: int, name: str) -> bytes | None:
     """The content of the regular file ``name``; None if it is absent, a symlink or not a file."""
     try:
-        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
-    except OSError:
+        return read_regular_file(dir_fd, name)
+    except OSError:  # a symlink, a FIFO or device (never blocked on nor fed from), a directory
         return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None  # a FIFO or device planted here must not block or feed us
+
+
+class NotRegularFile(OSError):
+    """A name that should hold a regular file holds something else (a FIFO, a directory)."""
+
+
+def read_regular_file(dir_fd: int, name: str) -> bytes | None:
+    """The content of the regular file ``name``; None only when it is absent. Anything else
+    raises OSError rather than passing for absent: ELOOP for a symlink (never followed),
+    NotRegularFile for a FIFO, a directory or a device (opened without blocking, never read),
+    and the error itself for a permission or I/O error. For a file whose absence means
+    "nothing recorded", which nothing else may be mistaken for."""
+    try:
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise not_regular(mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as handle:  # fdopen itself refuses a directory: checked first
         return handle.read()
+
+
+def not_regular(mode: int) -> NotRegularFile:
+    """The error for a file of ``mode`` where a regular file belongs, naming what it is."""
+    kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket"}
+    kind = next((kind for test, kind in kinds.items() if test(mode)), "a device")
+    return NotRegularFile(errno.EINVAL, f"not a regular file ({kind})")
 
 
 def remove_entry(dir_fd: int, name: str) -> None:

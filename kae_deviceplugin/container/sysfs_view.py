@@ -77,6 +77,21 @@ def sync_view(state_dir: Path, devices: Iterable[UacceDevice]) -> bool:
     return changed
 
 
+def view_problem(state_dir: Path) -> str | None:
+    """Why the view written earlier can no longer be handed out, looking without writing: the
+    state dir or the view directory swapped for a symlink (or made another user's), or gone.
+    None while both are directories of ours. For a caller that must notice between syncs."""
+    directory = view_dir(state_dir)
+    try:
+        with safe_fs.open_root(state_dir, create=False) as state_fd:
+            os.close(safe_fs.open_subdir(state_fd, VIEW_DIR_NAME, directory, create=False))
+    except safe_fs.UnsafePath as err:
+        return str(err)
+    except OSError as err:
+        return f"cannot write the container view {directory}: {_why(err)}"
+    return None
+
+
 def _sync_entries(fd: int, wanted: dict[str, str]) -> bool:
     changed = False
     for entry in os.listdir(fd):

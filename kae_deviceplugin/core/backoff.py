@@ -73,18 +73,40 @@ class Backoff:
 
 @dataclass
 class TokenBucket:
-    """At most ``rate`` requests a second on average, ``burst`` at once."""
+    """At most ``rate`` requests a second on average, ``burst`` at once, and never more than
+    ``max_wait`` seconds of requests queued: a reservation that would wait longer is refused
+    with nothing taken, and one given up before its request went (its caller timed out or was
+    cancelled) is refunded. So no burst, however large, puts the bucket into a debt that later
+    requests pay for: once the callers are gone, so are their tokens."""
 
     rate: float = 5.0
     burst: float = 10.0
+    max_wait: float = math.inf
     _tokens: float = field(default=math.nan)
     _at: float = field(default=-math.inf)
 
-    def reserve(self, now: float) -> float:
-        """Take a token; how long to wait before using it (0: go now)."""
+    def _refill(self, now: float) -> None:
         if math.isnan(self._tokens):
             self._tokens, self._at = self.burst, now
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
+        self._tokens = min(self.burst, self._tokens + max(0.0, now - self._at) * self.rate)
+        self._at = max(self._at, now)
+
+    def reserve(self, now: float) -> float | None:
+        """Take a token; how long to wait before using it (0: go now), or None where that wait
+        would pass ``max_wait`` (then nothing is taken)."""
+        self._refill(now)
+        wait = 0.0 if self._tokens >= 1 else (1 - self._tokens) / self.rate
+        if wait > self.max_wait:
+            return None
         self._tokens -= 1
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+        return wait
+
+    def refund(self, now: float) -> None:
+        """Give back the token of a reservation whose request was never sent."""
+        self._refill(now)
+        self._tokens = min(self.burst, self._tokens + 1)
+
+    def queued(self, now: float) -> float:
+        """Seconds of reserved requests still waiting for their turn (0 when none wait)."""
+        self._refill(now)
+        return max(0.0, -self._tokens / self.rate)

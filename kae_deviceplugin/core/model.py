@@ -48,6 +48,9 @@ class UacceDevice:
     # ``srcversion``); None when unbound or unknown. Fixed until a rebind, which emits a uevent.
     driver: str | None = None
     driver_version: str | None = None
+    # Shared virtual addressing (issue 37): True when the device runs with SVA, False when it
+    # runs without (its memory then comes from CMA), None when its flags could not be read.
+    sva: bool | None = None
 
     @property
     def healthy(self) -> bool:

@@ -78,7 +78,8 @@ def build_dra_daemon(
         label = source.label if source is not None else flag_of
     api = HintedApi(_client(settings, label))  # every refusal logged with its fix (RBAC, DRA)
     try:
-        front = DraFrontEnd(settings, PacedApi(api), node, container_files)
+        paced = PacedApi(api)
+        front = DraFrontEnd(settings, paced, node, container_files, paced.lane("claims"))
     except OSError as err:  # the plugin directory or its checkpoint: a file in the way, no access
         named = Path(str(err.filename or ""))  # relative when met on the way down a dir fd
         where = named if named.is_absolute() else plugin_dir(settings.kubelet_root)

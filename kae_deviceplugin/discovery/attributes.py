@@ -71,6 +71,27 @@ def text(reading: Reading) -> str | None:
     return reading if isinstance(reading, str) and reading else None
 
 
+NOIOMMU_API_SUFFIX = "_noiommu"
+# The uacce ``flags`` bits. Mainline (5.7+) and openEuler's 5.10+ kernels: bit 0 is SVA (129 =
+# SVA + IOMMU, 128 IOMMU alone, 2 no IOMMU on openEuler). The openEuler 4.19 / KAE 1.x uacce
+# (its attributes under ``attrs/``) numbered them otherwise: bit 0 NOIOMMU, bit 1 PASID, bit 2
+# FAULT_FROM_DEV, SVA being both of the last two, 0 a shared domain (no PASID).
+_SVA = 0x1
+_OLD_NOIOMMU, _OLD_SVA = 0x1, 0x6
+
+
+def sva_of(flags: int | None, api: str | None, old_layout: bool) -> bool | None:
+    """Whether a uacce device runs with SVA: its ``flags`` as its kernel family numbers them,
+    and never when its ``api`` ends in ``_noiommu`` (UADK's own no-SVA test). None: unknown."""
+    if api is not None and api.endswith(NOIOMMU_API_SUFFIX):
+        return False
+    if flags is None:
+        return None
+    if old_layout:
+        return flags & _OLD_SVA == _OLD_SVA and not flags & _OLD_NOIOMMU
+    return bool(flags & _SVA)
+
+
 _MAX_LINK_HOPS = 8
 
 

@@ -33,6 +33,7 @@ from kae_deviceplugin.discovery.attributes import (
     parse_int,
     read_attribute,
     resolve_dir,
+    sva_of,
     text,
 )
 from kae_deviceplugin.discovery.volatile import (
@@ -161,6 +162,7 @@ class DeviceReader:
         )
         function, parent_pf = self.function_of(pci_dir, engine)
         algorithms = attrs("algorithms")
+        flags = parse_int(attrs("flags"))
         device = UacceDevice(
             name=name,
             engine=engine.name,
@@ -170,7 +172,8 @@ class DeviceReader:
             parent_pf=parent_pf,
             numa_node=self.numa_node(attrs("node_id"), pci_dir),
             api=text(api),
-            flags=parse_int(attrs("flags")),
+            flags=flags,
+            sva=sva_of(flags, text(api), attrs.base != uacce_dir),
             algorithms=tuple(algorithms.split()) if isinstance(algorithms, str) else (),
             dev_node=f"/dev/{name}",
             sysfs_path=uacce_dir,

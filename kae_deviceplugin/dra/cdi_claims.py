@@ -17,10 +17,18 @@ specs is a conflict the runtime resolves by dropping both, and two claims may sh
 Device names are DNS labels and have no ``_``, so the two kinds never collide. The spec uses
 the device-plugin mode's CDI kind; its file ``openfuyao.com-kae_<uid>.json`` cannot be mistaken
 for that mode's single ``openfuyao.com-kae.json``.
+
+A CDI runtime refuses a device name that is not letters and digits with ``-``, ``_``, ``.``
+and ``:`` between them (the CDI parser's rule), and fails the container's start. The claim UID
+is checked (``UID``) and device names are this driver's own, but request names and share IDs
+come from the claim: each goes into a name verbatim only when it is a DNS label (what the API
+server makes them), and otherwise as ``h.`` and 16 hex digits of its SHA-256, which no DNS label
+can be (``cdi_part``). The kubelet still gets the raw share ID in its answer.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -44,6 +52,7 @@ SPEC_SUFFIX = ".json"
 # name, so no '/', no '.', nothing a path could be built from.
 UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 _SPEC_FILE = re.compile(rf"{re.escape(SPEC_PREFIX)}({UID.pattern}){re.escape(SPEC_SUFFIX)}")
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +76,23 @@ def uid_of_spec_file(name: str) -> str | None:
     return None if match is None else match.group(1)
 
 
+def cdi_part(raw: str) -> str:
+    """``raw`` where it is a DNS label, else a name made of it that a CDI runtime accepts and
+    no DNS label can equal (the ``.``)."""
+    if DNS_LABEL.fullmatch(raw):
+        return raw
+    return f"h.{hashlib.sha256(raw.encode(errors='surrogateescape')).hexdigest()[:16]}"
+
+
 def _device_entry_name(uid: str, result: PreparedDevice) -> str:
     # A share ID tells apart two shares of one device in one claim (two requests, one device).
-    share = f"-{result.share_id}" if result.share_id else ""
+    share = f"-{cdi_part(result.share_id)}" if result.share_id else ""
     return f"{uid}-{result.device}{share}"
 
 
 def _request_entry_name(uid: str, request: str) -> str:
-    return f"{uid}_{request.replace('/', '_')}"  # a subrequest is <request>/<subrequest>
+    # A subrequest is <request>/<subrequest>: each part on its own, joined by "_".
+    return "_".join([uid, *map(cdi_part, request.split("/"))])
 
 
 def _request_entry(name: str, edits: Sequence[ContainerEdits]) -> dict[str, object]:

@@ -17,11 +17,9 @@ retry, and say in ``not_ready`` what they wait for.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 from collections.abc import Coroutine, Mapping
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -30,7 +28,7 @@ import grpc
 from kae_deviceplugin.apiserver.paced import PacedApi
 from kae_deviceplugin.apiserver.seam import RESOURCE_CLAIMS, ApiServer, JsonObject
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.container import safe_fs
+from kae_deviceplugin.container.cdi import check_cdi_dir
 from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.container.runtime_cdi import (
     CONTAINERD_CONFIG,
@@ -39,6 +37,7 @@ from kae_deviceplugin.container.runtime_cdi import (
     runtime_of,
 )
 from kae_deviceplugin.container.serving import ServingPolicy
+from kae_deviceplugin.container.sysfs_view import view_problem
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory, QueueShare
 from kae_deviceplugin.core.views import ResourceView, build_views
@@ -59,16 +58,15 @@ from kae_deviceplugin.dra.plugin import add_plugin_servicers
 from kae_deviceplugin.dra.pool_publishing import PoolPublishing
 from kae_deviceplugin.dra.prepare import ClaimPreparer
 from kae_deviceplugin.dra.publisher import TAINTS, SlicePublisher
-from kae_deviceplugin.dra.slice_devices import DeviceOptions, device_name
+from kae_deviceplugin.dra.slice_devices import DeviceOptions, device_name, share_limit
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.dra.stale_claims import StaleClaimSweeper
-from kae_deviceplugin.errors import StartupError
 from kae_deviceplugin.kubelet.pluginwatcher import (
     RegistrationServicer,
     add_registration,
     registry_dir,
 )
-from kae_deviceplugin.kubelet.sockets import bind_privately, prepare_socket_dir, prepare_socket_path
+from kae_deviceplugin.kubelet.sockets import BoundSockets, prepare_socket_dir
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +91,23 @@ def device_options(
 
 
 class DraFrontEnd:
-    """Publishes the inventory as ResourceSlices and serves the kubelet's DRA calls."""
+    """Publishes the inventory as ResourceSlices and serves the kubelet's DRA calls. ``api``
+    serves the pool (slices, the Node), ``claims_api`` the claims (reads, status, the sweep):
+    a lane of its own, so a burst of claims never delays a health change reaching the slices."""
 
     name = "dra"
 
     def __init__(
-        self, settings: Settings, api: ApiServer, node: str, container_files: ContainerFiles
+        self,
+        settings: Settings,
+        api: ApiServer,
+        node: str,
+        container_files: ContainerFiles,
+        claims_api: ApiServer | None = None,  # the claims' lane, if not ``api`` (``paced``)
     ) -> None:
         self.settings = settings
         self.api = api
+        self.claims_api = api if claims_api is None else claims_api
         self.node = node
         self.container_files = container_files
         self.inventory = Inventory()
@@ -114,15 +120,16 @@ class DraFrontEnd:
         self.service_socket = self.plugin_dir / service_name
         self.queues = QueueTotals(settings.sysfs_root)
         self.queue_totals: Mapping[str, int] = {}  # of the last slices built, by PCI address
+        # The same rule over every inventory, on every instance (one standing by builds no
+        # slices): what prepare checks shares against.
+        self.share_queues = QueueTotals(settings.sysfs_root)
+        self.share_totals: Mapping[str, int] = {}
+        self._view_written = False  # the view was synced (and is to be looked at again)
         self.cdi = CdiSupport(None, "not known yet")  # from the Node, once the API answers
         chosen = settings.runtime_config  # else the runtimes' own paths, as the chart mounts them
         self.runtime_configs = (chosen or CONTAINERD_CONFIG, chosen or ISULAD_CONFIG)
         self.publishing = PoolPublishing(
-            api,
-            node,
-            self.plugin_dir,
-            lambda job: SlicePublisher(api, DRIVER, node, self._slices),
-            on_node=self._runtime_from,
+            api, node, self.plugin_dir, self._new_publisher, on_node=self._runtime_from
         )
         # Devices device-plugin pods hold (a node that moved to DRA): a change republishes.
         self.held = DevicePluginHolds(
@@ -138,10 +145,17 @@ class DraFrontEnd:
             checkpoint=CheckpointFile(self.plugin_dir),  # a damaged one refuses to start
             cdi_dir=settings.cdi_dir,
             refusal=lambda: self.cdi.reason if self.cdi.refused else None,
+            shares=self.share_limits,
         )
         self.sweeper = StaleClaimSweeper(self.preparer, self._get_claim)
-        self.status = ClaimStatusWriter(api, DRIVER, lambda: self.inventory, self._prepared)
+        self.status = ClaimStatusWriter(
+            self.claims_api, DRIVER, lambda: self.inventory, self._prepared
+        )
         self._servers: list[grpc.aio.Server] = []
+        self._sockets = BoundSockets()  # only these are removed at exit
+
+    def _new_publisher(self, job: PoolPublishing) -> SlicePublisher:
+        return SlicePublisher(self.api, DRIVER, self.node, self._slices)
 
     def _prepared(self) -> Checkpoint:
         return self.preparer.state
@@ -151,10 +165,23 @@ class DraFrontEnd:
         return self.publishing.publisher
 
     def serving_policy(self) -> ServingPolicy:
+        self._check_view()
         return ServingPolicy.from_settings(self.settings, self.container_files.problem)
 
+    def _check_view(self) -> None:
+        """The view the claims' specs mount (``<state dir>/uacce-class``), looked at again at
+        each prepare and readiness probe: in DRA mode the scan writes it only when the
+        inventory changes, so a state dir swapped for a symlink meanwhile would go unnoticed
+        and new specs would mount through the link. Found so, it is the view's problem: the
+        scan loop then writes the view again each tick until it can."""
+        if not self._view_written or self.container_files.problem is not None:
+            return
+        if (problem := view_problem(self.settings.state_dir)) is not None:
+            log.error("cannot update the container view or CDI spec: %s", problem)
+            self.container_files.problem = problem
+
     async def _get_claim(self, namespace: str, name: str) -> JsonObject:
-        return await self.api.get(RESOURCE_CLAIMS, name, namespace)
+        return await self.claims_api.get(RESOURCE_CLAIMS, name, namespace)
 
     def _runtime_from(self, node: JsonObject) -> None:
         """A runtime that does not apply CDI devices gets an empty pool and every claim refused
@@ -178,6 +205,15 @@ class DraFrontEnd:
         )
         return list(plan.slices)
 
+    def share_limits(self) -> dict[str, int | str]:
+        """By device name: the queues each shared device publishes for shares, or why it is
+        not shared (the slices' own rule, over the totals of the last inventory)."""
+        shared, totals = self.settings.shared_engines, self.share_totals
+        return {
+            device_name(d): share_limit(d, totals.get(d.pci_address), shared)
+            for d in self.inventory
+        }
+
     def shared_queues(self) -> dict[str, QueueShare] | None:
         """Each shared device's queue total and the queues prepared claims consumed of it."""
         shared = self.settings.shared_engines
@@ -199,17 +235,7 @@ class DraFrontEnd:
         socket is up: a claim's spec that cannot be written would fail every prepare)."""
         prepare_socket_dir(self.plugin_dir, "plugins")
         prepare_socket_dir(self.registration_socket.parent, "plugins_registry")
-        cdi_dir = self.settings.cdi_dir
-        try:
-            with safe_fs.open_root(cdi_dir):
-                pass
-            if not os.access(cdi_dir, os.W_OK):
-                raise PermissionError(errno.EACCES, "not writable", str(cdi_dir))
-        except OSError as err:
-            raise StartupError(
-                f"--cdi-dir {cdi_dir}: {err.strerror or err}; it must be a directory this "
-                "daemon can write (the container runtime reads claims' CDI specs there)"
-            ) from None
+        check_cdi_dir(self.settings.cdi_dir)
 
     def describe(self) -> str:
         return (
@@ -227,6 +253,7 @@ class DraFrontEnd:
         ]
 
     def not_ready(self) -> list[str]:
+        self._check_view()
         missing = []
         if self.container_files.problem is not None:
             missing.append(self.container_files.problem)
@@ -234,12 +261,18 @@ class DraFrontEnd:
             missing.append("not registered with the kubelet's plugin watcher")
         if self.cdi.refused:
             missing.append(self.cdi.reason)
+        # The checkpoint unreadable, or the plugin directory replaced (a symlink): no call
+        # can be served until someone looks.
+        missing += self.preparer.problems()
         return missing + self.publishing.problems()
 
     async def reconcile(self, inventory: Inventory, settings: Settings) -> None:
         """The node-wide view first (the claims' CDI specs mount it), then every subscriber."""
         self.inventory, self.settings = inventory, settings
+        self.share_totals = self.share_queues.update(inventory)
+        self._view_written = False  # no second look while the sync below writes it
         self.container_files.sync(settings, inventory, self.serving_policy().container)
+        self._view_written = settings.container_sysfs_view
         self.views = build_views(inventory, settings.engines)
         self.inventories.publish(inventory)
         self.status.changed()  # a device's health is in its holders' claim status
@@ -270,9 +303,8 @@ class DraFrontEnd:
                 (service, self.service_socket),
                 (registration, self.registration_socket),
             ):
-                prepare_socket_path(path)
                 self._servers.append(server)
-                await bind_privately(server, path)
+                await self._sockets.bind(server, path)
             log.info(
                 "serving %s; registration socket %s", self.service_socket, self.registration_socket
             )
@@ -281,17 +313,9 @@ class DraFrontEnd:
             await self.shutdown()
 
     async def shutdown(self) -> None:
-        """Stop serving and remove our sockets; slices, specs and checkpoint stay."""
+        """Stop serving and remove the sockets this process bound; slices, specs and
+        checkpoint stay."""
         servers, self._servers = self._servers, []
         await asyncio.gather(*(s.stop(STOP_GRACE) for s in servers))
-        for path in (self.registration_socket, self.service_socket):
-            _remove_socket(path)
+        self._sockets.remove_all()
         self.registered.discard(DRIVER)
-
-
-def _remove_socket(path: Path) -> None:
-    try:
-        if path.is_socket():
-            path.unlink()
-    except OSError:
-        pass

@@ -14,8 +14,24 @@ concurrently. Two driver instances run on one node during a rolling update, so "
 across processes: every read-modify-write of the checkpoint and of the specs it names happens
 under ``checkpoint.lock`` (``file_lock``), with the checkpoint read again under the lock;
 nothing another instance can change is trusted from memory. A claim unprepared while its
-prepare was reading it from the API server is not recorded by that prepare: the kubelet's
-latest word wins, and no record or spec is left behind.
+prepare was reading it from the API server is not recorded by that prepare, whichever instance
+the unprepare reached: the prepare notes the checkpoint's generation before it reads, every
+unprepare leaves a tombstone in the checkpoint with the generation of its write, and a
+tombstone newer than what the prepare saw refuses it (``checkpoint_format``). So
+the kubelet's latest word wins, and no record or spec is left behind. The tombstones are pruned
+with every write, so they hold bounded memory and disk however many claims come and go.
+
+A share of a shared device (an allocation result consuming ``queues``, or with a share ID) is
+checked against what this node publishes (``shares``: by device name, the queue capacity of
+each shared device, or why the device is not shared): a share on a device that is not shared
+(its engine not in ``dra.sharedEngines``) or consuming more queues than the device publishes
+(the claim's shares of one device together) is refused, naming the device and the limit
+(``claim_checks``). Records already in the checkpoint are not checked again: their containers run.
+
+A record is keyed by claim UID, and a UID names one claim: a prepare naming a recorded UID with
+another namespace or name is refused (it never rewrites the record), and an unprepare so named
+leaves the record alone. A checkpoint that cannot be read (``CheckpointUnreadable``) fails the
+call in one line and changes nothing; ``problems`` says so for readiness.
 """
 
 from __future__ import annotations
@@ -23,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,15 +55,17 @@ from kae_deviceplugin.dra.checkpoint import (
     PreparedClaim,
     PreparedDevice,
 )
+from kae_deviceplugin.dra.claim_checks import check_shares, named_otherwise, other_name
 from kae_deviceplugin.dra.claims import ClaimRef, allocated_devices
 from kae_deviceplugin.dra.file_lock import FileLock
 from kae_deviceplugin.dra.prepare_times import PrepareTimes
 from kae_deviceplugin.dra.slice_devices import device_name
-from kae_deviceplugin.errors import ClaimRefused
+from kae_deviceplugin.errors import CheckpointError, ClaimRefused, RequestBudgetSpent, cause
 
 log = logging.getLogger(__name__)
 
 GetClaim = Callable[[str, str], Awaitable[Mapping[str, Any]]]
+ShareLimits = Callable[[], Mapping[str, int | str]]  # see claim_checks.check_shares
 CLAIM_READ_TIMEOUT = 30.0  # the kubelet gives the whole call 45 s
 LOCK_TIMEOUT = 10.0  # another instance holds checkpoint.lock for milliseconds, not seconds
 LOCK_NAME = "checkpoint.lock"
@@ -91,6 +109,8 @@ class ClaimPreparer:
         cdi_dir: Path,
         claim_timeout: float = CLAIM_READ_TIMEOUT,
         refusal: Callable[[], str | None] = lambda: None,
+        clock: Callable[[], float] = time.time,
+        shares: ShareLimits = lambda: {},
     ) -> None:
         self.pool = pool
         self.inventory = inventory
@@ -100,25 +120,52 @@ class ClaimPreparer:
         self.cdi_dir = cdi_dir
         self.claim_timeout = claim_timeout
         self.refusal = refusal  # why no claim can be served on this node now (CDI off), if so
+        self.clock = clock  # wall time, for the tombstones' age (two instances share it)
+        self.shares = shares
         # What the checkpoint said when last read: for metrics and to skip API reads of claims
         # already prepared; every change reads the file again under the lock.
         self.state: Checkpoint = checkpoint.load()  # a damaged checkpoint refuses to start
         self._lock = asyncio.Lock()  # this process's calls, before they take the file lock
         self.file_lock = FileLock(checkpoint.directory / LOCK_NAME)
-        self._unprepares: Counter[str] = Counter()  # by claim UID, to see one overtake a read
+        self.unreadable: str | None = None  # why the checkpoint could not be read last time
 
     @contextlib.asynccontextmanager
     async def locked(self) -> AsyncIterator[Checkpoint]:
         """Both locks, and the checkpoint as it is on disk now."""
         async with self._lock, self.file_lock.held_for(LOCK_TIMEOUT):
-            self.state = self.checkpoint.load()
+            self.state = self._load()
             yield self.state
+
+    def _load(self) -> Checkpoint:
+        try:
+            loaded = self.checkpoint.load()
+        except CheckpointError as err:
+            if self.unreadable != str(err):
+                log.error("%s", err)
+            self.unreadable = str(err)
+            raise
+        self.unreadable = None
+        return loaded
+
+    def problems(self) -> list[str]:
+        """Why no claim can be prepared or unprepared now, for readiness: the checkpoint or its
+        directory cannot be read, or was replaced (a symlink) since the driver started."""
+        try:
+            self.checkpoint.check()
+            if self.unreadable is not None:
+                self._load()  # a file put back: ready again without waiting for a call
+        except CheckpointError as err:
+            return [str(err)]
+        return []
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimAnswer]:
         """An answer for every claim asked, keyed by UID; logs where the time went."""
         times = PrepareTimes()
-        asked = [c for c in claims if c.uid not in self.state.claims]
-        unprepares = {c.uid: self._unprepares[c.uid] for c in asked}
+        # The generation before the reads an unprepare may overtake; the file is parsed again
+        # only when another instance wrote it since (a view older than the file could only
+        # refuse too much, never too little).
+        seen = self.state if self.checkpoint.unchanged() else self._load()
+        asked = [c for c in claims if c.uid not in seen.claims]
         fetched = dict(
             zip(
                 (c.uid for c in asked),
@@ -129,9 +176,9 @@ class ClaimPreparer:
         times.read = times.mark() - times.started
         async with self.locked() as current:
             times.lock = times.mark() - times.started - times.read
-            # Checked under the lock: an unprepare counts itself before it waits for the lock.
-            for uid, seen in unprepares.items():
-                if self._unprepares[uid] != seen:  # the kubelet unprepared it meanwhile
+            # Under the lock, on the file: an unprepare on either instance leaves a tombstone.
+            for uid in fetched:
+                if current.overtaken(uid, seen.generation):  # the kubelet unprepared it meanwhile
                     fetched[uid] = ClaimRefused(f"claim {uid} was unprepared while being read")
             times.fsyncs_start()
             answers, state, written = self._write_all(claims, fetched, current, times)
@@ -156,7 +203,8 @@ class ClaimPreparer:
             started = times.mark()
             try:
                 results = _results_now(self.state, claim, fetched)
-                answers[claim.uid] = self._write(claim, results, require_healthy=True)[0]
+                new = claim.uid not in self.state.claims
+                answers[claim.uid] = self._write(claim, results, require_healthy=True, new=new)[0]
             except (ClaimRefused, OSError, ValueError) as err:
                 answers[claim.uid] = ClaimAnswer(error=str(err))
                 continue
@@ -175,18 +223,19 @@ class ClaimPreparer:
             async with asyncio.timeout(self.claim_timeout):
                 obj = await self.get_claim(claim.namespace, claim.name)
             return allocated_devices(obj, claim, self.pool)
-        except ClaimRefused as err:
-            return err
-        except ValueError as err:
-            return ClaimRefused(str(err))
         except Exception as err:  # the API client's errors are many; each is this claim's
-            log.warning("cannot read claim %s: %s", claim, err)
-            return ClaimRefused(f"cannot read claim {claim}: {err or type(err).__name__}")
+            return _refused(claim, err, self.claim_timeout)
 
     def _write(
-        self, claim: ClaimRef, results: Sequence[PreparedDevice], *, require_healthy: bool
+        self,
+        claim: ClaimRef,
+        results: Sequence[PreparedDevice],
+        *,
+        require_healthy: bool,
+        new: bool = False,
     ) -> tuple[ClaimAnswer, bool]:
-        """The claim's answer, its spec written first; and whether the spec file changed."""
+        """The claim's answer, its spec written first; and whether the spec file changed. A
+        ``new`` claim (read from the API server, not yet recorded) has its shares checked."""
         if not results:  # nothing of ours in this claim: nothing for the runtime either
             return ClaimAnswer(), False
         if (refusal := self.refusal()) is not None:
@@ -195,6 +244,8 @@ class ClaimPreparer:
         if options.view_problem is not None:
             raise ClaimRefused(f"claim {claim}: {options.view_problem}")
         devices = self._devices(claim, results, require_healthy=require_healthy)
+        if new:
+            check_shares(claim, results, self.shares())
         spec, answer = cdi_claims.claim_spec(claim.uid, results, devices, options)
         changed = cdi_claims.write_spec(self.cdi_dir, claim.uid, spec)
         return ClaimAnswer(devices=answer), changed
@@ -214,13 +265,19 @@ class ClaimPreparer:
                 )
         return by_name
 
+    def _save(self, state: Checkpoint) -> Checkpoint:
+        """Write ``state`` (one generation on, tombstones pruned); what was written."""
+        state = state.next_write(int(self.clock()))
+        self.checkpoint.save(state)
+        return state
+
     def _commit(
         self, state: Checkpoint, answers: dict[str, ClaimAnswer], written: list[str]
     ) -> dict[str, ClaimAnswer]:
         if state == self.state:
             return answers
         try:
-            self.checkpoint.save(state)
+            state = self._save(state)
         except OSError as err:
             # Not recorded means not prepared: take back the specs this call wrote for new claims.
             for uid in written:
@@ -232,25 +289,30 @@ class ClaimPreparer:
         return answers
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
-        """An error text for every claim asked ("" for success), keyed by UID."""
-        self._unprepares.update(c.uid for c in claims)
+        """An error text for every claim asked ("" for success), keyed by UID. Each leaves a
+        tombstone, so a prepare of it reading the API server meanwhile records nothing."""
         async with self.locked():
-            recorded = {
-                c.uid: self.state.claims[c.uid].cdi_spec
-                for c in claims
-                if c.uid in self.state.claims
-            }
-            state = self.state
+            others = {c.uid for c in claims if named_otherwise(self.state, c)}
             for claim in claims:
+                if claim.uid in others:
+                    log.warning("%s: its record stays", other_name(self.state, claim))
+            mine = [c for c in claims if c.uid not in others]
+            recorded = {
+                c.uid: self.state.claims[c.uid].cdi_spec for c in mine if c.uid in self.state.claims
+            }
+            state = self.state.unprepared_now((c.uid for c in mine), int(self.clock()))
+            for claim in mine:
                 state = state.without_claim(claim.uid)
             try:
-                if state != self.state:
-                    self.checkpoint.save(state)  # forget first: an orphan spec is removed later
+                if not state.same_records(self.state):
+                    state = self._save(state)  # forget first: an orphan spec is removed later
             except OSError as err:
                 return {c.uid: f"cannot record the unprepare: {err}" for c in claims}
             self.state = state
             return {
-                c.uid: cdi_claims.remove_claim_specs(self.cdi_dir, c.uid, recorded.get(c.uid))
+                c.uid: ""
+                if c.uid in others
+                else cdi_claims.remove_claim_specs(self.cdi_dir, c.uid, recorded.get(c.uid))
                 for c in claims
             }
 
@@ -280,6 +342,8 @@ def _results_now(
     claim: ClaimRef,
     fetched: Mapping[str, tuple[PreparedDevice, ...] | ClaimRefused],
 ) -> tuple[PreparedDevice, ...]:
+    if named_otherwise(state, claim):  # a UID names one claim: never rewrite its record
+        raise ClaimRefused(other_name(state, claim))
     if claim.uid in state.claims:  # prepared before: the checkpoint is the truth
         return state.claims[claim.uid].devices
     found = fetched.get(claim.uid)
@@ -288,3 +352,18 @@ def _results_now(
     if isinstance(found, ClaimRefused):
         raise found
     return found
+
+
+def _refused(claim: ClaimRef, err: Exception, timeout: float) -> ClaimRefused:
+    """Why ``claim`` could not be read, never without a cause; logged where nothing else did."""
+    if isinstance(err, ClaimRefused):
+        return err
+    if isinstance(err, ValueError):
+        return ClaimRefused(str(err))
+    if isinstance(err, TimeoutError):
+        message = f"cannot read claim {claim}: the API server did not answer in {timeout:g} s"
+    else:
+        message = f"cannot read claim {claim}: {cause(err)}"
+    if not isinstance(err, RequestBudgetSpent):  # that one is logged once per spell
+        log.warning("%s", message)
+    return ClaimRefused(message)

@@ -93,6 +93,7 @@ class SlicePublisher:
             lambda generation: self.build(inventory, generation, self.dropped),
             self.memory,
         )
+        self._forget_unneeded(plan)
         if plan is None:
             return 0
         self.memory.generation = plan.generation
@@ -105,6 +106,15 @@ class SlicePublisher:
         if writes:
             log.info("published the pool at generation %d (%d writes)", plan.generation, writes)
         return writes
+
+    def _forget_unneeded(self, plan: pool_rules.Plan | None) -> None:
+        """A slice whose write failed and that the pool no longer needs written (the pool
+        shrank, or is current without it) is no longer a problem for ``/readyz``."""
+        needed = set() if plan is None else {b["metadata"]["name"] for b in plan.writes}
+        needed |= set() if plan is None else set(plan.deletes)
+        for name in [n for n in self._failing if n not in needed]:
+            del self._failing[name]
+            log.info("ResourceSlice %s is no longer needed: its failed write is forgotten", name)
 
     async def _attempt(self, name: str, body: JsonObject | None) -> int:
         """Write (or with no body, delete) one slice unless it is in backoff; 1 if written."""

@@ -6,9 +6,11 @@ Attribute rules (issues 20 and 31), and why:
   (``device.attributes["kae.openfuyao.com"].engine``), and a 1.38 change refuses attributes
   qualified with the driver's own domain.
 * A device carries only what a selector or a constraint picks devices by: ``engine``,
-  ``function``, the ``alg_*`` family, and the standard ``pciBusID``, ``pcieRoot`` and
-  ``numaNode``. The scheduler converts every attribute and capacity of every device into CEL
-  values at each selector it evaluates, on every node it tries, whatever the selector reads;
+  ``function``, ``sva`` (issue 37: whether the device runs with shared virtual addressing, which
+  decides where a process's queue memory comes from, so a workload built for one model selects
+  it), the ``alg_*`` family, and the standard ``pciBusID``, ``pcieRoot`` and ``numaNode``.
+  The scheduler converts every attribute and capacity of every device into CEL values at each
+  selector it evaluates, on every node it tries, whatever the selector reads;
   the uacce name, the QM ``api``, the driver version and a VF's PF made a node cost its
   allocator 1.33x a slice of bare devices, and 1.12x without them (issue 31,
   benchmarks/sched_alloc.py). Facts every device of a node shares (``api``, the driver
@@ -26,7 +28,7 @@ Attribute rules (issues 20 and 31), and why:
   device plugin already serves) plus the names the mainline HiSilicon drivers can print in
   ``algorithms`` (``hpre_dev_algs``, ``sec_dev_algs``, ``zip_dev_algs``). An algorithm a device
   lists beyond its family is published too (``true``); selectors on such a name need ``has()``.
-* At most 32 attributes and capacities: the fixed keys and the family take at most 13; names a
+* At most 32 attributes and capacities: the fixed keys and the family take at most 14; names a
   device lists beyond that are dropped last-first (and noted). The values are short by
   construction (names, PCI addresses), so none needs cutting.
 """
@@ -52,6 +54,7 @@ PCI_BUS_ID = STANDARD_PREFIX + "pciBusID"
 PCIE_ROOT = STANDARD_PREFIX + "pcieRoot"
 NUMA_NODE = STANDARD_PREFIX + "numaNode"
 QUEUES = "queues"
+SVA = "sva"
 UNHEALTHY_TAINT_KEY = f"{DRIVER}/unhealthy"
 HELD_TAINT_KEY = f"{DRIVER}/held-by-device-plugin"
 MIN_SHARED_QUEUES = 2
@@ -150,6 +153,9 @@ def _described(device: UacceDevice) -> dict[str, dict[str, Any]]:
     attributes: dict[str, dict[str, Any]] = {
         "engine": {"string": device.engine},
         "function": {"string": "vf" if device.function is Function.VF else "pf"},
+        # Issue 37: a workload built for one memory model picks it (``sva == true``); false where
+        # the device runs without SVA or its flags are unknown, so the key is never missing.
+        SVA: {"bool": device.sva is True},
         PCI_BUS_ID: {"string": device.pci_address},
     }
     root = pcie_root(device.pci_path)
@@ -175,6 +181,20 @@ def _algorithms(device: UacceDevice, room: int, notes: list[str]) -> dict[str, d
     return {name: {"bool": name in listed} for name in names}
 
 
+def share_limit(
+    device: UacceDevice, queues: int | None, shared_engines: frozenset[str]
+) -> int | str:
+    """The queues a device with ``queues`` hardware queues (None: unknown) publishes for
+    shares to consume, or why it publishes none (it is not shared)."""
+    if device.engine not in shared_engines:
+        return f"engine {device.engine} is not in dra.sharedEngines"
+    if queues is None or queues < MIN_SHARED_QUEUES:
+        # The API wants min + step <= the capacity; a device of one queue has nothing to split.
+        known = "unknown" if queues is None else f"{queues}, fewer than {MIN_SHARED_QUEUES}"
+        return f"queue total {known}: not shared"
+    return queues
+
+
 def render_device(
     device: UacceDevice, queues: int | None, options: DeviceOptions
 ) -> RenderedDevice:
@@ -182,12 +202,10 @@ def render_device(
     notes: list[str] = []
     attributes = _described(device)
     capacity: dict[str, dict[str, Any]] = {}
-    shared = device.engine in options.shared_engines
-    if shared and (queues is None or queues < MIN_SHARED_QUEUES):
-        # The API wants min + step <= the capacity; a device of one queue has nothing to split.
-        known = "unknown" if queues is None else f"{queues}, fewer than {MIN_SHARED_QUEUES}"
-        notes.append(f"queue total {known}: not shared")
-        shared = False
+    limit = share_limit(device, queues, options.shared_engines)
+    shared = isinstance(limit, int)
+    if device.engine in options.shared_engines and isinstance(limit, str):
+        notes.append(limit)
     if shared and queues is not None:
         capacity[QUEUES] = {
             "value": format_quantity(queues),

@@ -8,6 +8,11 @@ error is logged once per change, ``problem`` names it for ``/readyz``, and after
 that grows while the failures last, the informer lists again. Each list and each event sets
 ``changed``, which wakes the publisher; the publisher also tells the informer what it wrote
 itself (``wrote``), so its next reconcile does not wait for its own events to come back.
+
+Only the slices the selector selects are kept, whatever the server sends (a proxy's or a
+misbehaving server's other objects would otherwise grow the cache without bound). A 410 Gone
+on resuming (the version fell out of the server's window: routine after a long watch) is a
+quiet re-list, said at INFO and never a problem for ``/readyz``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,18 @@ from kae_deviceplugin.errors import ApiError
 log = logging.getLogger(__name__)
 
 LIST = "list"
+GONE = 410  # the watch's version is older than the server keeps: list again
+
+
+def selects(selector: Mapping[str, str], obj: Mapping[str, object]) -> bool:
+    """Whether ``obj`` has each field of the field selector (``spec.nodeName=n1``...)."""
+    for path, wanted in selector.items():
+        found: object = obj
+        for part in path.split("."):
+            found = found.get(part) if isinstance(found, Mapping) else None
+        if found != wanted:
+            return False
+    return True
 
 
 def _version(obj: Mapping[str, object]) -> int:
@@ -66,10 +83,10 @@ class SliceInformer:
             if wait > 0:
                 await asyncio.sleep(wait)
             try:
-                await self._list_and_watch()
-                # Ended cleanly: list again, after the first backoff step, so a server that
-                # ends every watch at once costs two lists a second, not a loop.
-                self._failed(LIST, ApiError("the watch ended"), quiet=True)
+                # Ended cleanly or by 410 Gone: list again, after the first backoff step, so a
+                # server that ends every watch at once costs two lists a second, not a loop.
+                ended = await self._list_and_watch()
+                self._failed(LIST, ended, quiet=True)
             except asyncio.CancelledError:
                 raise
             except ApiError as err:
@@ -82,21 +99,38 @@ class SliceInformer:
         """List the slices into the cache; the list's resourceVersion. Raises ApiError."""
         items, version = await self.api.list_versioned(RESOURCE_SLICES, self.selector)
         self.lists += 1
-        self.slices = {obj["metadata"]["name"]: obj for obj in items}
+        self.slices = {obj["metadata"]["name"]: obj for obj in items if self._ours(obj)}
         self._recovered()
         return version
 
-    async def _list_and_watch(self) -> None:
+    async def _list_and_watch(self) -> ApiError:
+        """List, then watch until the server ends the watch: how it ended, when that is no
+        problem (cleanly, or 410 Gone); ApiError for any other end."""
         version = await self.resync()
+        try:
+            await self._watch(version)
+        except ApiError as err:
+            if err.status != GONE:
+                raise
+            log.info("ResourceSlices: %s; listing again", err)
+            return err
+        return ApiError("the watch ended")
+
+    async def _watch(self, version: str) -> None:
         async for event, obj in self.api.watch(RESOURCE_SLICES, self.selector, version):
             name = obj.get("metadata", {}).get("name")
             if not isinstance(name, str):
                 continue  # a BOOKMARK carries no object of ours
-            if event == "DELETED":
+            if not self._ours(obj):
+                self.slices.pop(name, None)  # not (or no longer) selected: never kept
+            elif event == "DELETED":
                 self.slices.pop(name, None)
             elif event in ("ADDED", "MODIFIED"):
                 self.wrote(obj)
             self.changed.set()
+
+    def _ours(self, obj: JsonObject) -> bool:
+        return isinstance(obj.get("metadata"), Mapping) and selects(self.selector, obj)
 
     def _recovered(self) -> None:
         if self.problem is not None:

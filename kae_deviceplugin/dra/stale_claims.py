@@ -1,14 +1,31 @@
-"""Collects what prepared claims left behind when no unprepare came.
+"""Collects what prepared claims left behind when no unprepare came, and only what is proven
+left behind.
 
-The kubelet unprepares a claim when its last pod ends, but a call can be lost: the driver was
-down and the pod was force-deleted, a node changed modes, an instance crashed between the spec
-and the checkpoint. A record the kubelet will never unprepare keeps a spec in the runtime's
-directory and, for a shared device, queues counted as claimed. So every ``interval`` (and once
-soon after start) each recorded claim is read from the API server: one that is gone, was
-re-created under its name (another UID), or is no longer allocated cannot be in use by any pod,
-and is unprepared as the kubelet would have done. A claim the API server does not answer for
-is kept: only a clear answer collects. The same pass, under the checkpoint lock, removes specs
-no record names and writes back missing ones (the start-up reconcile).
+The kubelet unprepares a claim when its last pod ends, and retries until the driver answers,
+but a call can still be lost: the kubelet's own state wiped, a node changed modes, a claim's
+record written by an instance that died. A record the kubelet will never unprepare keeps a spec
+in the runtime's directory and, for a shared device, queues counted as claimed. So every
+``interval`` (and once soon after start) each recorded claim is read from the API server, and
+is unprepared as the kubelet would have done only when the answer proves no pod can still use
+it, twice in a row:
+
+* **Proven gone**: a 404 whose Status names the claim (``details.name`` is the claim's name and
+  ``details.kind`` is ``resourceclaims``); or the claim's name now holds an object with another
+  UID (a namespace holds one object per name, so the recorded one was deleted); or the recorded
+  UID is there but deallocated with no pod in ``status.reservedFor`` (the API server keeps a
+  claim allocated while any pod reserves it).
+* **Never a verdict**: a bare 404 (no Status, or one naming nothing: "no such API", a proxy's
+  page), any other refusal, no answer, an answer that is not the claim asked for, or the claim
+  allocated or reserved. Those records are kept.
+* **Twice, an interval apart**: a claim proven gone is collected at the next sweep that proves
+  it gone again. A pod force-deleted from the API is still being stopped on the node for a
+  while, and the kubelet unprepares its claims itself when it has; a record still there a whole
+  interval later is one the kubelet will not unprepare. (NVIDIA's driver collects only claims
+  whose prepare never completed; this one's records exist only for completed prepares, so the
+  rule above is how it stays as careful.)
+
+The same pass, under the checkpoint lock, removes specs no record names and writes back missing
+ones (the start-up reconcile). A checkpoint that cannot be read stops the pass in one line.
 """
 
 from __future__ import annotations
@@ -19,10 +36,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kae_deviceplugin.dra.checkpoint import Checkpoint
+from kae_deviceplugin.apiserver.seam import RESOURCE_CLAIMS
+from kae_deviceplugin.dra.checkpoint import Checkpoint, PreparedClaim
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.prepare import ClaimPreparer, GetClaim
-from kae_deviceplugin.errors import ApiError
+from kae_deviceplugin.errors import ApiError, CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -34,27 +52,54 @@ FIRST_SWEEP = 60.0  # after start: the kubelet's own unprepares after a restart 
 class Swept:
     claims: tuple[str, ...] = ()  # stale records unprepared
     specs: tuple[str, ...] = ()  # specs no record named, removed
+    pending: tuple[str, ...] = ()  # proven gone once: collected if the next sweep agrees
 
 
-def _gone(obj: Mapping[str, Any], uid: str) -> bool:
+def names_the_claim(err: ApiError, claim: PreparedClaim) -> bool:
+    """Whether ``err`` is the API server saying this very claim does not exist: a 404 whose
+    Status names it. A 404 naming nothing may mean the API itself is not served."""
+    details = err.details
+    if err.status != 404 or details is None:
+        return False
+    group = details.get("group", RESOURCE_CLAIMS.group)
+    return (
+        details.get("name") == claim.name
+        and details.get("kind") == RESOURCE_CLAIMS.plural
+        and group == RESOURCE_CLAIMS.group
+    )
+
+
+def proves_gone(obj: Mapping[str, Any], uid: str, claim: PreparedClaim) -> bool:
+    """Whether the object read under the claim's name proves the recorded claim ``uid`` gone:
+    another object holds the name, or the claim is deallocated with no pod reserving it.
+    Anything else, or anything unexpected, is no proof."""
     metadata, status = obj.get("metadata"), obj.get("status")
-    same = isinstance(metadata, Mapping) and metadata.get("uid") == uid
-    allocated = isinstance(status, Mapping) and isinstance(status.get("allocation"), Mapping)
-    return not (same and allocated)
+    if not isinstance(metadata, Mapping) or metadata.get("name") != claim.name:
+        return False  # not the object asked for: no verdict
+    if metadata.get("namespace", claim.namespace) != claim.namespace:
+        return False
+    found = metadata.get("uid")
+    if not isinstance(found, str) or not found:
+        return False
+    if found != uid:
+        return True  # one object per name: the recorded one was deleted
+    if not isinstance(status, Mapping):
+        return False
+    return status.get("allocation") is None and not status.get("reservedFor")
 
 
 async def stale_claims(state: Checkpoint, get_claim: GetClaim) -> list[ClaimRef]:
-    """The recorded claims the API server says no pod can be using."""
+    """The recorded claims the API server proves no pod can be using (this sweep's verdict)."""
     stale = []
     for uid, claim in sorted(state.claims.items()):
         ref = ClaimRef(claim.namespace, claim.name, uid)
         try:
             obj = await get_claim(claim.namespace, claim.name)
         except ApiError as err:
-            if err.status == 404:
+            if names_the_claim(err, claim):
                 stale.append(ref)
-            continue  # unreachable or refused: no verdict
-        if _gone(obj, uid):
+            continue  # unreachable, refused, or a 404 naming nothing: no verdict
+        if proves_gone(obj, uid, claim):
             stale.append(ref)
     return stale
 
@@ -74,12 +119,19 @@ class StaleClaimSweeper:
         self.get_claim = get_claim
         self.interval = interval
         self.first = first
+        self.pending: set[str] = set()  # UIDs the last sweep proved gone: at most the records
 
     async def sweep(self) -> Swept:
-        """One pass; what it removed."""
+        """One pass; what it removed, and what it will remove next time if still gone."""
         async with self.preparer.locked() as state:  # the records as they are now
             pass
-        stale = await stale_claims(state, self.get_claim)
+        proven = await stale_claims(state, self.get_claim)
+        stale = [r for r in proven if r.uid in self.pending]
+        self.pending = {r.uid for r in proven} - {r.uid for r in stale}
+        for ref in proven:
+            if ref.uid in self.pending:
+                log.info("claim %s (%s) was prepared here and is gone from the API server: "
+                         "collected at the next sweep if it still is", ref, ref.uid)  # fmt: skip
         errors = await self.preparer.unprepare(stale) if stale else {}
         collected = tuple(r.uid for r in stale if not errors.get(r.uid))
         for ref in stale:
@@ -89,7 +141,7 @@ class StaleClaimSweeper:
         reconciled = await self.preparer.reconcile()
         for problem in reconciled.problems:
             log.warning("sweep of prepared claims: %s", problem)
-        return Swept(collected, reconciled.removed)
+        return Swept(collected, reconciled.removed, tuple(sorted(self.pending)))
 
     async def run(self) -> None:
         """Sweep forever; a failed pass is logged and the next one comes as planned."""
@@ -99,6 +151,8 @@ class StaleClaimSweeper:
                 await self.sweep()
             except asyncio.CancelledError:
                 raise
+            except CheckpointError as err:  # said once by the preparer; readiness says it too
+                log.debug("sweep of prepared claims skipped: %s", err)
             except Exception:
                 log.exception("sweep of prepared claims failed")
             await asyncio.sleep(self.interval)

@@ -51,6 +51,46 @@ def prepare_socket_path(path: Path) -> None:
             raise
 
 
+SocketIdentity = tuple[int, int]  # (device, inode) of a socket file this process bound
+
+
+def remove_own_socket(path: Path, identity: SocketIdentity) -> bool:
+    """Remove ``path`` only if it is still the socket this process bound there (``identity``,
+    from ``bind_privately``): never a socket another instance bound at the same name, nor a
+    file someone put in its place. Whether it was removed."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISSOCK(st.st_mode) or (st.st_dev, st.st_ino) != identity:
+        return False
+    try:
+        path.unlink()
+    except OSError:
+        return False
+    return True
+
+
+class BoundSockets:
+    """The sockets one process bound (``bind``), the only ones it removes (``remove_all``): a
+    second instance that finds the names served exits, and must not take the live one's
+    sockets along."""
+
+    def __init__(self) -> None:
+        self._bound: dict[Path, SocketIdentity] = {}
+
+    async def bind(self, server: grpc.aio.Server, path: Path) -> None:
+        """Make ``path`` free (``prepare_socket_path``) and bind ``server`` there privately."""
+        prepare_socket_path(path)
+        st = await bind_privately(server, path)
+        self._bound[path] = (st.st_dev, st.st_ino)
+
+    def remove_all(self) -> None:
+        bound, self._bound = self._bound, {}
+        for path, identity in bound.items():
+            remove_own_socket(path, identity)
+
+
 def file_identity(path: Path) -> tuple[int, int, int] | None:
     """(device, inode, ctime) of ``path`` without following links, None if it is absent."""
     try:

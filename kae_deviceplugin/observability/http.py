@@ -9,11 +9,13 @@ being reported healthy by a thread that is still fine.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import socket
 import threading
 from collections.abc import Callable, Mapping, Set
+from pathlib import Path
 from typing import Protocol
 
 from kae_deviceplugin.config.rules import parse_address
@@ -22,6 +24,7 @@ from kae_deviceplugin.core.model import Inventory, QueueShare
 from kae_deviceplugin.core.vf_plan import VfChange
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.discovery.node_facts import read_node_facts
 from kae_deviceplugin.kubelet.podresources import (
     LIST_TIMEOUT,
     MAX_AGE,
@@ -148,6 +151,11 @@ def _readyz(calls: LoopCalls, daemon: Observed) -> Route:
     return route
 
 
+def with_node_facts(taken: Snapshot, sysfs_root: Path) -> Snapshot:
+    """``taken`` with the node's KAE facts read now: on the endpoint's worker, not the loop."""
+    return dataclasses.replace(taken, node_facts=read_node_facts(sysfs_root, taken.inventory))
+
+
 def daemon_routes(
     daemon: Observed, source: AllocationsSource, calls: LoopCalls
 ) -> dict[str, Route]:
@@ -175,6 +183,7 @@ def daemon_routes(
             taken = calls.awaited(snapshot, LOOP_TIMEOUT + LIST_TIMEOUT)
         except (TimeoutError, RuntimeError):
             return text(503, "event loop not responding")
+        taken = with_node_facts(taken, daemon.settings.sysfs_root)
         body, content_type = exposition(taken, daemon.counters, headers.get("accept", ""))
         return Response(200, content_type, body)
 

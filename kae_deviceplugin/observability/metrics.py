@@ -23,8 +23,10 @@ from kae_deviceplugin.core.model import Inventory, QueueShare, UacceDevice
 from kae_deviceplugin.core.vf_plan import VfChange
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.discovery.node_facts import NodeFacts
 from kae_deviceplugin.discovery.scan import read_available_instances
 from kae_deviceplugin.kubelet.podresources import Allocations
+from kae_deviceplugin.observability.node_metrics import node_fact_families
 from kae_deviceplugin.observability.vf_metrics import vf_families
 from kae_deviceplugin.prometheus_lite import (
     CounterMetricFamily,
@@ -51,6 +53,7 @@ class Snapshot:
     # served resources, the views' names, as in device-plugin mode.
     expected: frozenset[str] | None = None
     api_requests: Mapping[str, int] | None = None  # DRA: requests sent, by verb
+    node_facts: NodeFacts | None = None  # issue 37: read off the loop at scrape time
     vf_changes: tuple[VfChange, ...] = ()  # the VF profiles' last plan (vf_metrics.py)
 
 
@@ -217,6 +220,8 @@ def device_families(snapshot: Snapshot) -> list[Metric]:
         families += shared_queue_families(snapshot.inventory, snapshot.shared_queues)
     if snapshot.api_requests is not None:  # DRA only
         families.append(api_request_family(snapshot.api_requests))
+    if snapshot.node_facts is not None:  # the node's KAE facts (issue 37): node_metrics.py
+        families += node_fact_families(snapshot.node_facts, snapshot.inventory)
     families += vf_families(snapshot.vf_changes)  # empty families where no profile is set
     return families
 

@@ -20,6 +20,11 @@ What this module writes (only engines with at least one device appear)::
     feature.node.kubernetes.io/kae-hpre.pfs=2
     feature.node.kubernetes.io/kae-hpre.vfs=4
 
+The node's KAE facts (issue 37, read again at each write) add per engine with devices ``.sva``,
+``.uacce-mode``, ``.pf-q-num``, ``.driver-provenance``; per engine without devices (on the bus, or
+not on a HiSilicon CPU) ``.likely-absent-cause``; ``kae.cma-total-mib`` where a device runs
+without SVA (values in docs/observability.md).
+
 ``algorithms`` joins the names in kernel order with ``_`` and is left out when that would not
 be a valid label value (over 63 characters); ``algorithm.<name>`` is the exact, always-present
 form for rules (``Exists``). ``api`` joins distinct values with ``.`` if devices disagree.
@@ -47,7 +52,13 @@ from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container import safe_fs
 from kae_deviceplugin.core.broadcast import LatestValue, wait_until_set
 from kae_deviceplugin.core.engines import ENGINES
-from kae_deviceplugin.core.model import Function, Inventory
+from kae_deviceplugin.core.model import Function, Inventory, UacceDevice
+from kae_deviceplugin.discovery.node_facts import (
+    DriverFacts,
+    NodeFacts,
+    engine_sva,
+    read_node_facts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +66,7 @@ LABEL_PREFIX = "feature.node.kubernetes.io/"
 FEATURE_TTL = timedelta(hours=1)
 EXPIRY_DIRECTIVE = "# +expiry-time="
 MAX_LABEL_LENGTH = 63
+MIB = 1024 * 1024
 _VALID = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _INVALID_CHARS = re.compile(r"[^-A-Za-z0-9_.]+")
 
@@ -72,8 +84,9 @@ def _distinct(values: list[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-def feature_labels(inventory: Inventory) -> dict[str, str]:
-    """The node labels (full keys) that describe the KAE hardware in ``inventory``."""
+def feature_labels(inventory: Inventory, facts: NodeFacts | None = None) -> dict[str, str]:
+    """The node labels (full keys) that describe the KAE hardware in ``inventory``, and the
+    node's facts where given."""
     labels: dict[str, str] = {}
     if inventory.devices:
         labels["kae.present"] = "true"
@@ -99,7 +112,30 @@ def feature_labels(inventory: Inventory) -> dict[str, str]:
             labels[f"{name}.driver-version"] = versions[0]
         labels[f"{name}.pfs"] = str(sum(d.function is Function.PF for d in devices))
         labels[f"{name}.vfs"] = str(sum(d.function is Function.VF for d in devices))
+        if facts is not None:
+            labels |= _fact_labels(name, devices, facts.drivers[engine.name])
+    if facts is not None:
+        labels |= _node_fact_labels(inventory, facts)
     return {LABEL_PREFIX + key: value for key, value in labels.items()}
+
+
+def _fact_labels(name: str, devices: list[UacceDevice], driver: DriverFacts) -> dict[str, str]:
+    """An engine's SVA and its driver's mode, queues and provenance, each where known."""
+    found = {
+        f"{name}.sva": engine_sva(devices),
+        f"{name}.uacce-mode": None if driver.uacce_mode is None else str(driver.uacce_mode),
+        f"{name}.pf-q-num": None if driver.pf_q_num is None else str(driver.pf_q_num),
+        f"{name}.driver-provenance": driver.provenance,
+    }
+    return {k: v for k, v in found.items() if v is not None and valid_label_part(v)}
+
+
+def _node_fact_labels(inventory: Inventory, facts: NodeFacts) -> dict[str, str]:
+    """Why absent engines are absent, and the CMA area where a device runs without SVA."""
+    labels = {f"kae-{a.engine}.likely-absent-cause": a.cause for a in facts.absent}
+    if facts.without_sva(inventory) and facts.cma.total is not None:
+        labels["kae.cma-total-mib"] = str(facts.cma.total // MIB)
+    return labels
 
 
 def _rfc3339(moment: datetime) -> str:
@@ -199,7 +235,7 @@ async def nfd_task(daemon: Observed) -> None:
     path = daemon.settings.nfd_features_file
     if path is None:
         return  # disabled: nothing to do
-    writer = FeatureWriter(FeatureFile(path))
+    writer = FeatureWriter(FeatureFile(path), daemon.settings.sysfs_root)
     latest: list[Inventory] = []
     changed = asyncio.Event()
 
@@ -225,14 +261,20 @@ async def nfd_task(daemon: Observed) -> None:
 class FeatureWriter:
     """Writes off the loop; logs a failure once per kind and once when it clears."""
 
-    def __init__(self, feature_file: FeatureFile) -> None:
+    def __init__(self, feature_file: FeatureFile, sysfs_root: Path | None = None) -> None:
         self.feature_file = feature_file
+        self.sysfs_root = sysfs_root  # None: the inventory's labels alone, no node facts
         self.last_error: str | None = None
+
+    def _update(self, inventory: Inventory) -> bool:
+        root = self.sysfs_root
+        facts = None if root is None else read_node_facts(root, inventory)
+        return self.feature_file.update(feature_labels(inventory, facts))
 
     async def write(self, inventory: Inventory) -> bool:
         path = self.feature_file.path
         try:
-            await asyncio.to_thread(self.feature_file.update, feature_labels(inventory))
+            await asyncio.to_thread(self._update, inventory)
         except OSError as err:
             if err.strerror != self.last_error:
                 log.warning(

@@ -55,6 +55,20 @@ MODULE_VERSION_FILES: dict[str, tuple[str, ...]] = {
 }
 # Placeholder version strings of the right shape (the fake trees' own, not a release's).
 _MODULE_VERSION = {"kae1": "1.3.11", "kae2": "2.0.2"}
+# What every loaded (not built-in) module shows (Documentation/ABI/stable/sysfs-module and
+# testing/sysfs-module): ``initstate`` ("live"), ``refcnt`` (with CONFIG_MODULE_UNLOAD) and
+# ``taint``, the module's own taint letters: KAE's driver packages are built outside the kernel
+# tree and unsigned on openEuler's signing kernels ("OE"); an in-tree module shows none (an empty
+# line). A built-in driver has none of the three (leave them out with None).
+_MODULE_TAINT = {"kae1": "OE", "kae2": "OE", "mainline": "\n", "mainline-isolate": "\n"}
+# The QM drivers' read-only parameters (0444, under ``parameters/``): ``uacce_mode`` 1 (uacce with
+# SVA; 0 registers with the crypto API only, 2 is KAE's no-SVA mode), ``pf_q_num`` the PF's
+# queues (the trees' PFs show 256 free queues), ``vfs_num`` the VFs enabled at probe (0).
+_MODULE_PARAMETERS = {
+    "parameters/uacce_mode": "1",
+    "parameters/pf_q_num": "256",
+    "parameters/vfs_num": "0",
+}
 
 # The kernel allocates the uacce major dynamically; any fixed value serves a fake tree.
 UACCE_MAJOR = 241
@@ -92,7 +106,8 @@ class DeviceSpec:
     """One UACCE device and the PCI function it sits on.
 
     ``attrs``, ``pci_attrs`` and ``module_attrs`` (the driver's ``/sys/module/<driver>`` files,
-    written by the first device of that driver) override the defaults per file: a string is
+    written by the first device of that driver; ``parameters/<name>`` for a parameter) override
+    the defaults per file: a string is
     written (a newline is added, as the kernel does, unless the string is empty or already ends
     with one), None leaves the file out. Keys outside the layout add files.
     """
@@ -185,7 +200,8 @@ def pci_attributes(spec: DeviceSpec) -> dict[str, str | None]:
 
 
 def module_attributes(spec: DeviceSpec) -> dict[str, str | None]:
-    """The version files of the spec's driver module, after its overrides."""
+    """The files of the spec's driver module (``parameters/<name>`` for a parameter), after its
+    overrides."""
     # srcversion is 24 upper-case hex digits in the kernel (an MD4 of the sources); any stable
     # digest of the driver's name gives a fake tree the same shape.
     digest = hashlib.sha256(f"{spec.driver}/{spec.layout}".encode()).hexdigest().upper()[:24]
@@ -193,5 +209,7 @@ def module_attributes(spec: DeviceSpec) -> dict[str, str | None]:
     values: dict[str, str | None] = {
         key: defaults[key] for key in MODULE_VERSION_FILES[spec.layout]
     }
+    values.update({"initstate": "live", "refcnt": "0", "taint": _MODULE_TAINT[spec.layout]})
+    values.update(_MODULE_PARAMETERS)
     values.update(spec.module_attrs)
     return values

@@ -46,6 +46,7 @@ def test_list_json_on_the_two_socket_fixture() -> None:
     assert by_name["hisi_hpre-3"]["resource"] == "openfuyao.com/kae.hpre"
     assert by_name["hisi_zip-4"]["algorithms"] == ["zlib", "gzip"]
     assert by_name["hisi_zip-4"]["dev_node"] == "/dev/hisi_zip-4"
+    assert {d["sva"] for d in devices} == {True}  # flags 129 (issue 37)
 
 
 def test_roots_come_from_the_environment() -> None:

@@ -10,9 +10,10 @@ from typing import Any
 import click
 
 from kae_deviceplugin.cli.main import main
-from kae_deviceplugin.config.chart_rules import misplaced
+from kae_deviceplugin.cli.serve_args import KNOWN_VARIABLES
 from kae_deviceplugin.config.schema import OPTIONS
 from kae_deviceplugin.kubectl.main import cli as kubectl_kae
+from scripts.chart_tooling.chart_rules import misplaced
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "kae-device-plugin"
@@ -49,6 +50,7 @@ OTHER_TOOLS = {
     "--smoke": "benchmarks/cluster.py",
     "--root-dir": "the kubelet",
     "--strict": "mypy, kubernetes-validate",
+    "--no-deps": "pip wheel",
 }
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]")
 # A chart value as the docs write it: `--set a.b=...`, or `a.b` in backticks.
@@ -76,6 +78,84 @@ def test_every_option_the_docs_name_exists() -> None:
     named = {m[0]: doc for doc in DOCS for m in OPTION.finditer((REPO / doc).read_text())}
     unknown = {option: doc for option, doc in named.items() if option not in ours}
     assert set(unknown) <= set(OTHER_TOOLS), f"options the code does not have: {unknown}"
+
+
+# The documents that name environment variables: the product's and the test stages' own
+# (CHANGELOG.md aside: it names what was).
+ENV_DOCS = (
+    *(doc for doc in CHART_DOCS if doc != "CHANGELOG.md"),
+    "docs/benchmarks.md",
+    "docs/performance.md",
+    "deploy/dra/README.md",
+    "benchmarks/README.md",
+)
+# KAE_* as a whole word; KAE_DP_* and KAE_<ENGINE>_* patterns end in ``*`` or ``<``.
+ENV_VAR = re.compile(r"(?<![\w$-])KAE_[A-Z0-9_]*[A-Z0-9](?![\w*<])")
+# What the docs name on purpose although no code reads it.
+NOT_READ = {"KAE_DP_SCAN_INTERVALL": "README: the misspelling the warning's example corrects"}
+# Files that read or set variables: the package, scripts, tests, the chart, the image.
+SOURCE_SUFFIXES = {".py", ".sh", ".tpl", ".yaml", ""}
+
+
+def variable_sources() -> str:
+    """The text of every file that may read or set an environment variable."""
+    texts = []
+    for top in ("kae_deviceplugin", "scripts", "tests", "benchmarks", "deploy", ".ci"):
+        for path in (REPO / top).rglob("*"):
+            if (
+                path.is_file()
+                and path.suffix in SOURCE_SUFFIXES
+                and "__pycache__" not in path.parts
+            ):
+                if path == Path(__file__):  # this file names made-up variables on purpose
+                    continue
+                texts.append(path.read_text(errors="replace"))
+    texts.append((REPO / "Dockerfile").read_text())
+    return "\n".join(texts)
+
+
+def unknown_variables(text: str, sources: str) -> set[str]:
+    """``KAE_*`` names in ``text`` that nothing sets or reads: a ``KAE_DP_*`` name must be one
+    the CLI reads (``serve_args.KNOWN_VARIABLES``, what the unknown-variable warning knows);
+    any other must be in the code, whole or as ``_<SUFFIX>`` of an engine's prefix
+    (``KAE_ZIP_QUEUES`` is ``f"{engine.env_prefix}_QUEUES"``)."""
+    unknown = set()
+    for name in set(ENV_VAR.findall(text)) - set(NOT_READ):
+        if name.startswith("KAE_DP_"):
+            if name not in KNOWN_VARIABLES:
+                unknown.add(name)
+            continue
+        engine = re.fullmatch(r"KAE_(HPRE|SEC|ZIP)(_[A-Z_]+)", name)
+        if re.search(rf"\b{name}\b", sources) is None and not (
+            engine and f'env_prefix}}{engine[2]}"' in sources
+        ):
+            unknown.add(name)
+    return unknown
+
+
+def test_every_environment_variable_the_docs_name_exists() -> None:
+    """A ``KAE_*`` variable renamed or removed in the code fails here until the docs follow."""
+    sources = variable_sources()
+    unknown = {
+        f"{doc}: {name}"
+        for doc in ENV_DOCS
+        for name in unknown_variables((REPO / doc).read_text(), sources)
+    }
+    assert not unknown, f"variables nothing reads or sets: {sorted(unknown)}"
+
+
+def test_the_environment_variable_check_can_fail() -> None:
+    """A setting's variable misspelt, an engine variable and a test stage's variable that the
+    code does not have are caught; real ones and patterns are not."""
+    text = (
+        "`KAE_DP_SCAN_INTERVAL`, `KAE_DP_SCAN_INTERVALS`, `KAE_DP_*`, KAE_<ENGINE>_DEVICES,\n"
+        "`KAE_ZIP_QUEUES=8`, `KAE_ZIP_SLOTS`, `KAE_E2E_CDI=off`, `KAE_E2E_NO_SUCH`\n"
+    )
+    assert unknown_variables(text, variable_sources()) == {
+        "KAE_DP_SCAN_INTERVALS",
+        "KAE_ZIP_SLOTS",
+        "KAE_E2E_NO_SUCH",
+    }
 
 
 def chart_accepts(schema: dict[str, Any], path: str) -> bool:

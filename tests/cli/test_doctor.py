@@ -14,10 +14,10 @@ from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.health import ALL_REASONS, REASON_FIXES
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.observability.nfd import FeatureFile, feature_labels
-from kae_deviceplugin.testing.node_cases import CASES
 from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator
 from kae_deviceplugin.testing.sysfs_builder import set_driver_bound
 from kae_deviceplugin.testing.sysfs_trees import KUNPENG920_PFS
+from tests.support.node_cases import CASES
 from tests.support.observability_harness import observed_node
 
 FIXTURES = Path(__file__).resolve().parents[2] / "sysfs_fixtures"

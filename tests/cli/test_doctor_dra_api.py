@@ -117,7 +117,7 @@ def test_slices_of_another_pool_only_are_not_ours() -> None:
         assert row.status is Status.FAIL and f"no pool {NODE}, only ['other']" in row.detail
 
 
-def _kubeconfig(path: Path) -> Path:
+def _kubeconfig(path: Path, insecure: bool = False) -> Path:
     """A kubeconfig naming a local port where nothing listens."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -125,7 +125,9 @@ def _kubeconfig(path: Path) -> Path:
     path.write_text(
         json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "c",
-            "clusters": [{"name": "x", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
+            "clusters": [{"name": "x", "cluster": {"server": f"https://127.0.0.1:{port}",
+                                                   **({"insecure-skip-tls-verify": True}
+                                                      if insecure else {})}}],
             "users": [{"name": "u", "user": {"token": "t"}}],
             "contexts": [{"name": "c", "context": {"cluster": "x", "user": "u"}}],
         })
@@ -154,6 +156,24 @@ def test_doctor_mode_dra_from_a_config_file_reaches_for_the_real_api(tmp_path: P
     assert "not reachable" in detail and "at https://127.0.0.1:" in detail, rows["dra slices"]
     assert fixes[0].startswith("is the API server reachable from here")
     assert not any("--kubeconfig" in fix for fix in fixes)
+
+
+def test_doctor_shows_tls_verification_turned_off(tmp_path: Path) -> None:
+    """A kubeconfig with insecure-skip-tls-verify: true is a warning row of its own, naming the
+    server, beside the slice check."""
+    config = tmp_path / "config.yaml"
+    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", insecure=True)
+    config.write_text(
+        f"version: v1\nmode: dra\npaths:\n  kubeletRoot: {tmp_path}\n"
+        f"dra:\n  nodeName: {NODE}\n  kubeconfig: {kubeconfig}\n"
+    )
+    tree = FIXTURES / "kunpeng920-2p"
+    args = ["doctor", "-o", "json", "--config", str(config), "--metrics-address", ""]
+    args += ["--sysfs-root", str(tree / "sys"), "--dev-root", str(tree / "dev")]
+    result = CliRunner().invoke(main, [*args, "--nfd-features-file", ""])
+    rows = {row["check"]: row for row in json.loads(result.stdout)["checks"]}
+    assert rows["api tls"]["status"] == "warn", rows
+    assert "TLS verification of https://127.0.0.1:" in rows["api tls"]["detail"]
 
 
 def test_a_bad_mode_is_refused_as_serve_refuses_it() -> None:

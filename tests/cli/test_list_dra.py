@@ -4,6 +4,8 @@ a real checkpoint under the kubelet root; totals stay; the checkpoint is only re
 from __future__ import annotations
 
 import json
+import os
+import threading
 
 from click.testing import CliRunner, Result
 
@@ -116,3 +118,31 @@ def test_a_device_two_claims_share_reads_as_shared() -> None:
         assert lines[-1] == "1 device held, by 2 claims (1 device shared by several claims)"
         (row,) = [line for line in lines if HPRE_0 in line]
         assert UID_A in row and UID_B in row
+
+
+def _listed_in_time(node: DraNode) -> Result | None:
+    """list --mode dra run in a thread that must end within 10 s; None if it did not."""
+    results: list[Result] = []
+    worker = threading.Thread(
+        target=lambda: results.append(listed(node, "--mode", "dra")), daemon=True
+    )
+    worker.start()
+    worker.join(10.0)
+    return results[0] if results else None
+
+
+def test_a_fifo_or_symlink_checkpoint_is_one_line_and_never_waited_on() -> None:
+    """A FIFO or a symlink where the checkpoint goes: list --mode dra answers at once (a FIFO
+    opened to read would wait for a writer for ever) with exit 1 and one line naming the file
+    and what is in its place, no traceback; the symlink's target is not read."""
+    for plant, words in (("fifo", "not a regular file (a FIFO)"), ("link", "a symlink")):
+        with dra_node() as node:
+            path = CheckpointFile(node.plugin_dir).path
+            if plant == "fifo":
+                os.mkfifo(path)
+            else:
+                path.symlink_to(node.root / "elsewhere.json")
+            result = _listed_in_time(node)
+            assert result is not None, f"list waited on the {plant}"
+            assert result.exit_code == 1 and "Traceback" not in result.output
+            assert f"cannot read the DRA checkpoint: {path}: {words}" in result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -73,3 +74,23 @@ def test_a_fifo_is_not_read(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     with safe_fs.open_root(tmp_path) as root:
         assert safe_fs.read_file(root, "fifo") is None
+
+
+def test_read_regular_file_is_none_only_when_absent(tmp_path: Path) -> None:
+    """The strict reader: a regular file's bytes, None when absent, and an OSError for
+    everything else (ELOOP for a symlink, NotRegularFile naming a FIFO or a directory, opened
+    without blocking), where the lax read_file says None to all of them."""
+    (tmp_path / "file").write_bytes(b"data")
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    with safe_fs.open_root(tmp_path) as root:
+        assert safe_fs.read_regular_file(root, "file") == b"data"
+        assert safe_fs.read_regular_file(root, "absent") is None
+        with pytest.raises(OSError) as caught:
+            safe_fs.read_regular_file(root, "link")
+        assert caught.value.errno == errno.ELOOP
+        for name, kind in (("fifo", "a FIFO"), ("dir", "a directory")):
+            with pytest.raises(safe_fs.NotRegularFile, match=kind):
+                safe_fs.read_regular_file(root, name)
+            assert safe_fs.read_file(root, name) is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from kae_deviceplugin.core.backoff import Backoff, TokenBucket
+from kae_deviceplugin.errors import cause
 
 
 def test_delays_double_within_their_jitter_up_to_the_cap() -> None:
@@ -56,7 +57,8 @@ def test_the_bucket_bounds_the_rate_whatever_asks() -> None:
     """1,000 requests asked at once at 5 a second with a burst of 10: the last one waits
     (1000 - 10) / 5 seconds, and each reservation waits no less than the one before."""
     bucket = TokenBucket(rate=5.0, burst=10.0)
-    waits = [bucket.reserve(now=0.0) for _ in range(1000)]
+    waits = [wait for _ in range(1000) if (wait := bucket.reserve(now=0.0)) is not None]
+    assert len(waits) == 1000  # an unlimited queue refuses nothing
     assert waits[:10] == [0.0] * 10
     assert waits == sorted(waits)
     assert abs(waits[-1] - (1000 - 10) / 5.0) < 1e-9
@@ -68,4 +70,34 @@ def test_the_bucket_refills_at_its_rate() -> None:
     for _ in range(10):
         bucket.reserve(now=0.0)
     assert [bucket.reserve(now=1.0) for _ in range(5)] == [0.0] * 5
-    assert bucket.reserve(now=1.0) > 0.0
+    assert (bucket.reserve(now=1.0) or 0.0) > 0.0
+
+
+def test_a_reservation_past_the_longest_wait_is_refused_and_takes_nothing() -> None:
+    """With at most 2 s of requests queued at 5 a second (burst 10): 10 go at once, 10 more
+    wait up to 2 s, the 21st is refused, and a refusal leaves the queue as it was."""
+    bucket = TokenBucket(rate=5.0, burst=10.0, max_wait=2.0)
+    waits = [bucket.reserve(now=0.0) for _ in range(20)]
+    assert None not in waits and waits[-1] == 2.0
+    assert bucket.reserve(now=0.0) is None
+    assert bucket.queued(now=0.0) == 2.0
+    assert bucket.reserve(now=0.2) == 2.0  # one token came in: one more may queue
+
+
+def test_refunds_leave_no_debt_after_a_burst_whose_callers_gave_up() -> None:
+    """1,000 reservations at once, all but the 10 that went given up: the bucket is full
+    again as soon as time has refilled what those 10 used, not 198 s later."""
+    bucket = TokenBucket(rate=5.0, burst=10.0)
+    waits = [bucket.reserve(now=0.0) for _ in range(1000)]
+    assert waits[-1] == (1000 - 10) / 5.0  # no limit on waiting: the queue is that deep
+    for _ in range(990):
+        bucket.refund(now=1.0)
+    assert bucket.queued(now=1.0) == 0.0
+    assert [bucket.reserve(now=2.0) for _ in range(10)] == [0.0] * 10
+
+
+def test_a_cause_is_never_empty() -> None:
+    """An exception whose text is empty (asyncio's TimeoutError) still says what happened."""
+    assert cause(TimeoutError()) == "no answer in time (timed out)"
+    assert cause(ConnectionResetError()) == "ConnectionResetError"
+    assert cause(ValueError("bad")) == "bad"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kae_deviceplugin.config.chart_rules import CHART_VALUES, generated_nodes
 from kae_deviceplugin.config.schema import OPTIONS
+from scripts.chart_tooling.chart_rules import CHART_VALUES, generated_nodes
 from tests.deploy.test_chart_dra import daemonsets, is_dra
 from tests.deploy.test_deploy import CHART, NAMESPACE, Obj, helm_run
 from tests.deploy.test_value_rules import _rule_and_kind

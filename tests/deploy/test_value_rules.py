@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 import yaml
 
-from kae_deviceplugin.config.chart_rules import (
+from kae_deviceplugin.config.file import ENGINE_FILE_RULES, file_rule
+from kae_deviceplugin.config.rules import Rule, optional
+from kae_deviceplugin.config.schema import OPTIONS_BY_FIELD, Kind
+from kae_deviceplugin.core.views import FUNCTIONS
+from scripts.chart_tooling.chart_rules import (
     CHART_ONLY,
     CHART_VALUES,
     OPTIONAL_VALUES,
     generated_nodes,
 )
-from kae_deviceplugin.config.file import ENGINE_FILE_RULES, file_rule
-from kae_deviceplugin.config.rules import Rule, optional
-from kae_deviceplugin.config.schema import OPTIONS_BY_FIELD, Kind
-from kae_deviceplugin.core.views import FUNCTIONS
 from tests.deploy.test_deploy import CHART, NAMESPACE, REPO, daemon_config, helm_run
 
 REFUSED: dict[Kind, list[object]] = {

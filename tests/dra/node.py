@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.discovery.queues import queue_totals
 from kae_deviceplugin.dra.checkpoint import CheckpointFile
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.prepare import ClaimPreparer
-from kae_deviceplugin.testing.dra_claims import ClaimStore, Result, claim_object
+from kae_deviceplugin.dra.slice_devices import device_name, share_limit
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.dra.inventories import tree_inventory
 from tests.dra.policy import serving_policy
+from tests.support.dra_claims import ClaimStore, Result, claim_object
 
 POOL = "worker-1"
 KIND = "openfuyao.com/kae"
@@ -30,6 +32,8 @@ class Node:
     inventory: Inventory
     store: ClaimStore
     policy: ServingPolicy
+    # dra.sharedEngines of the node: every engine unless a test says otherwise
+    shared_engines: frozenset[str] = field(default=frozenset({"hpre", "sec", "zip"}))
 
     @property
     def cdi_dir(self) -> Path:
@@ -48,7 +52,16 @@ class Node:
             checkpoint=self.checkpoint,
             cdi_dir=self.cdi_dir,
             claim_timeout=claim_timeout,
+            shares=self.share_limits,
         )
+
+    def share_limits(self) -> dict[str, int | str]:
+        """What the driver publishes for shares on this node, as its front end computes it."""
+        totals = queue_totals(self.root / "sys", self.inventory)
+        return {
+            device_name(d): share_limit(d, totals.get(d.pci_address), self.shared_engines)
+            for d in self.inventory
+        }
 
     def rescan(self) -> None:
         self.inventory = tree_inventory(self.root)

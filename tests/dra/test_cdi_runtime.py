@@ -14,10 +14,10 @@ from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.container.runtime_cdi import CdiSupport, cdi_support, read_config
 from kae_deviceplugin.dra.frontend import DraFrontEnd
-from kae_deviceplugin.testing.dra_claims import Result
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.dra.inventories import tree_inventory
 from tests.dra.node import HPRE_0, POOL, Node, add_claim, build_node
+from tests.support.dra_claims import Result
 from tests.support.fake_apiserver import FakeApiServer
 
 CDI_ON_17 = b"""version = 2

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kae_deviceplugin.dra import checkpoint
+from kae_deviceplugin.dra import checkpoint_format as checkpoint
 from kae_deviceplugin.dra.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -53,7 +53,7 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
     assert store.load() == saved
     assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
     document = json.loads(store.path.read_text())
-    assert document["version"] == 2
+    assert document["version"] == 3
     assert document["claims"]["u1"]["devices"][0] == {
         "request": "hpre",
         "pool": "worker-1",
@@ -78,7 +78,7 @@ def _edited(data: bytes) -> bytes:
 
 def _reshaped(data: bytes) -> bytes:
     # A wrong shape with a matching checksum: only the shape check can catch it.
-    from kae_deviceplugin.dra import checkpoint
+    from kae_deviceplugin.dra import checkpoint_format as checkpoint
 
     claims = {"u1": {"namespace": "n", "name": 3, "cdiSpec": "s", "devices": []}}
     return json.dumps(
@@ -92,8 +92,8 @@ def _reshaped(data: bytes) -> bytes:
         (lambda data: b"\xff\xfe garbage", "not JSON"),
         (lambda data: data[: len(data) // 2], "not JSON"),
         (lambda data: b"[]", "not a JSON object"),
-        (lambda data: data.replace(b'"version": 2', b'"version": "2"'), "no valid version"),
-        (lambda data: data.replace(b'"version": 2', b'"version": true'), "no valid version"),
+        (lambda data: data.replace(b'"version": 3', b'"version": "3"'), "no valid version"),
+        (lambda data: data.replace(b'"version": 3', b'"version": true'), "no valid version"),
         (lambda data: data.replace(b'"queues": 8', b'"queues": -8'), "checksum mismatch"),
         (_edited, "checksum mismatch"),
         (_reshaped, "unexpected content"),
@@ -115,14 +115,14 @@ def test_a_newer_version_is_refused_as_such(tmp_path: Path) -> None:
     """A file from a newer daemon is CheckpointTooNew, saying which version and what to do."""
     store = CheckpointFile(tmp_path)
     document = json.loads(encode(Checkpoint().with_claim(_claim("u1"))))
-    document["version"] = 3
+    document["version"] = 4
     store.path.write_text(json.dumps(document))
-    with pytest.raises(CheckpointTooNew, match="version 3 was written by a newer"):
+    with pytest.raises(CheckpointTooNew, match="version 4 was written by a newer"):
         store.load()
 
 
-def test_a_version_1_file_is_read_and_written_again_as_version_2(tmp_path: Path) -> None:
-    """The previous format (no queues) loads with no queues; the next save writes version 2
+def test_a_version_1_file_is_read_and_written_again_as_version_3(tmp_path: Path) -> None:
+    """The first format (no queues) loads with no queues; the next save writes version 3
     with the same claims, so an upgraded daemon keeps every claim the old one prepared."""
     claims = {
         "u1": {
@@ -141,7 +141,7 @@ def test_a_version_1_file_is_read_and_written_again_as_version_2(tmp_path: Path)
     assert loaded.claims["u1"].devices == (PreparedDevice("r", "p", "zip-0000-75-00-0"),)
     store.save(loaded.with_claim(_claim("u2")))
     document = json.loads(store.path.read_text())
-    assert document["version"] == 2
+    assert document["version"] == 3
     assert document["claims"]["u1"]["devices"][0]["queues"] is None
     assert store.load().claims["u1"] == loaded.claims["u1"]
 

@@ -22,8 +22,8 @@ from kae_deviceplugin.dra.claim_status_writer import ClaimStatusWriter
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.prepare import ClaimPreparer
 from kae_deviceplugin.errors import ApiError
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
 from tests.dra.node import HPRE_0, POOL, Node, build_node
+from tests.support.dra_claims import Result, claim_object
 from tests.support.fake_apiserver import FakeApiServer
 
 

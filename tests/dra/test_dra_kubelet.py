@@ -12,8 +12,8 @@ import pytest
 
 from kae_deviceplugin._generated.dra.v1 import api_pb2 as pb
 from kae_deviceplugin._generated.dra.v1 import api_pb2_grpc as pb_grpc
-from kae_deviceplugin.testing.dra_kubelet import Claim, DRAKubelet, KubeletRefusal
 from tests.dra.serving import socket_dir
+from tests.support.dra_kubelet import Claim, DRAKubelet, KubeletRefusal
 
 
 class _Sloppy(pb_grpc.DRAPluginServicer):

@@ -10,11 +10,11 @@ import pytest
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.dra.health import health_message
 from kae_deviceplugin.dra.slice_devices import device_name
-from kae_deviceplugin.testing.dra_kubelet import DRAKubelet
 from kae_deviceplugin.testing.sysfs_builder import set_attribute
 from tests.dra.inventories import fixture_inventory
 from tests.dra.node import HPRE_0, POOL, Node, build_node
 from tests.dra.serving import serving, socket_dir
+from tests.support.dra_kubelet import DRAKubelet
 
 DEADLINE = 10.0
 

@@ -23,9 +23,9 @@ from kae_deviceplugin.dra.held_devices import (
 from kae_deviceplugin.dra.slice_devices import DeviceOptions
 from kae_deviceplugin.dra.slices import NodeRef, build_slices, devices_per_slice
 from kae_deviceplugin.errors import ClaimRefused
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
 from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator, pod_resources
 from tests.dra.inventories import LABEL_VALUE, fixture_inventory
+from tests.support.dra_claims import Result, claim_object
 from tests.support.harness import short_tmpdir
 
 HPRE, SEC = "openfuyao.com/kae.hpre", "openfuyao.com/kae.sec"

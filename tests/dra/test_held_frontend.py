@@ -15,10 +15,10 @@ from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.frontend import DraFrontEnd, device_options
 from kae_deviceplugin.dra.slice_devices import DeviceOptions
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
 from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.dra.inventories import tree_inventory
+from tests.support.dra_claims import Result, claim_object
 from tests.support.fake_apiserver import FakeApiServer
 from tests.support.harness import short_tmpdir
 

@@ -13,10 +13,10 @@ from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.plugin import Preparer
 from kae_deviceplugin.dra.prepare import ClaimAnswer
-from kae_deviceplugin.testing.dra_claims import Result
-from kae_deviceplugin.testing.dra_kubelet import Claim, DRAKubelet
 from tests.dra.node import HPRE_0, KIND, POOL, SEC_0, Node, add_claim, build_node
 from tests.dra.serving import serving, socket_dir
+from tests.support.dra_claims import Result
+from tests.support.dra_kubelet import Claim, DRAKubelet
 
 
 @pytest.fixture

@@ -14,11 +14,12 @@ from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.dra.checkpoint import Checkpoint, CheckpointFile
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.prepare import ClaimAnswer, ClaimPreparer
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
+from kae_deviceplugin.errors import CheckpointUnreadable
 from kae_deviceplugin.testing.sysfs_builder import set_attribute
 from tests.container.test_cdi import CDI_SCHEMA
 from tests.dra.node import HPRE_0, KIND, POOL, SEC_0, Node, add_claim, build_node
 from tests.dra.policy import serving_policy
+from tests.support.dra_claims import Result, claim_object
 
 
 @pytest.fixture
@@ -206,14 +207,14 @@ def test_a_claim_that_cannot_be_recorded_is_not_prepared(
 
 
 def test_a_plugin_directory_in_the_way_fails_the_call_not_the_daemon(node: Node) -> None:
-    """The plugin directory replaced by a file: the checkpoint lock cannot be taken, so the
-    call raises OSError naming it (the servicer answers each claim with it), and nothing is
-    written to the CDI directory."""
+    """The plugin directory replaced by a file: the checkpoint cannot be read, so the call
+    raises CheckpointUnreadable naming the directory (the servicer answers each claim with
+    it), and nothing is written to the CDI directory."""
     preparer = node.preparer()
     claim = _claim(node, "c1", Result("hpre", HPRE_0, POOL))
     (node.root / "plugin").rmdir()
     (node.root / "plugin").write_text("not a directory")
-    with pytest.raises(NotADirectoryError, match=r"checkpoint\.lock"):
+    with pytest.raises(CheckpointUnreadable, match=f"{node.root / 'plugin'}: Not a directory"):
         _prepare(preparer, claim)
     assert not node.spec_path(claim.uid).exists()
 

@@ -15,8 +15,8 @@ import pytest
 
 from kae_deviceplugin.container import safe_fs
 from kae_deviceplugin.dra.prepare_times import PREFIX
-from kae_deviceplugin.testing.dra_claims import Result
 from tests.dra.node import HPRE_0, POOL, Node, add_claim, build_node
+from tests.support.dra_claims import Result
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from kae_deviceplugin.core.model import Health, Inventory
 from kae_deviceplugin.dra.api import DRIVER
 from kae_deviceplugin.dra.publisher import TAINTS, SlicePublisher
 from kae_deviceplugin.dra.slice_devices import DeviceOptions
-from kae_deviceplugin.dra.slices import NodeRef, build_slices
+from kae_deviceplugin.dra.slices import NodeRef, build_slices, slice_name
 from kae_deviceplugin.errors import ApiError
 from tests.dra.inventories import fixture_inventory
 from tests.support.fake_apiserver import FakeApiServer
@@ -271,6 +271,42 @@ def test_writes_that_failed_unanswered_go_at_once_when_the_watch_lists_again() -
             api.break_watches(None)  # the watch ends and lists again: the server answers
             await until(lambda: "taints" in str(next(iter(api.objects.values()))))
             assert time.monotonic() - back < 2.0
+        finally:
+            await stop(task)
+
+    asyncio.run(main())
+
+
+class RefusingOne(FakeApiServer):
+    """The in-memory server refusing (403) every create of the slice named ``refused``."""
+
+    def __init__(self, refused: str) -> None:
+        super().__init__()
+        self.refused = refused
+
+    async def create(self, kind: Kind, body: JsonObject) -> JsonObject:
+        if body["metadata"]["name"] == self.refused:
+            self._maybe_fail("create")
+            raise FORBIDDEN
+        return await super().create(kind, body)
+
+
+def test_a_failed_slice_the_pool_no_longer_needs_leaves_the_problems() -> None:
+    """A pool of two slices whose second slice's create is refused: ``problems`` names it.
+    The inventory then shrinks to one slice's worth: the second slice is no longer wanted, so
+    it leaves ``problems`` (and /readyz) at once, while its create is still refused."""
+    second = slice_name(NODE.name, 1)
+    api = RefusingOne(second)
+    publisher = publisher_for(api)
+    inventories = LatestValue(big_inventory(100))
+
+    async def main() -> None:
+        task = await running(publisher, inventories)
+        try:
+            await until(lambda: any(second in p for p in publisher.problems()))
+            inventories.publish(big_inventory(40))
+            await until(lambda: not publisher.problems())
+            assert len(api.objects) == 1 and api.refused == second
         finally:
             await stop(task)
 

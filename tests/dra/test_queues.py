@@ -10,9 +10,9 @@ import pytest
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.discovery.queues import QueueTotals, queue_totals, vf_shares
 from kae_deviceplugin.discovery.scan import scan
-from kae_deviceplugin.testing.dra_sysfs import set_module_parameter
 from kae_deviceplugin.testing.sysfs_builder import build_tree, set_pci_attribute
 from kae_deviceplugin.testing.sysfs_trees import TREES, kunpeng_pf, vf_of, vf_queues, with_vfs
+from tests.support.dra_sysfs import set_module_parameter
 
 DRIVERS = ("hisi_hpre", "hisi_sec2", "hisi_zip")
 
@@ -65,6 +65,8 @@ def test_without_the_parameter_the_largest_free_count_seen_counts(tmp_path: Path
     """No pf_q_num file: the total is the most free queues seen so far, so a function in use
     at one scan keeps the figure an idle scan showed; a removed function is forgotten."""
     TREES["kunpeng920-2p"].build(tmp_path)
+    for parameter in (tmp_path / "sys" / "module").glob("*/parameters/pf_q_num"):
+        parameter.unlink()  # the fixtures show the drivers' parameters, as a node does
     totals = QueueTotals(tmp_path / "sys")
     idle = _scan(tmp_path)
     assert set(totals.update(idle).values()) == {256}

@@ -38,6 +38,7 @@ def test_a_kae2_pf_is_described_exactly() -> None:
         "attributes": {
             "engine": {"string": "hpre"},
             "function": {"string": "pf"},
+            "sva": {"bool": True},
             "resource.kubernetes.io/pciBusID": {"string": "0000:79:00.0"},
             "resource.kubernetes.io/pcieRoot": {"string": "pci0000:78"},
             "resource.kubernetes.io/numaNode": {"int": 0},

@@ -11,18 +11,20 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kae_deviceplugin.dra import checkpoint_format as checkpoint
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.prepare import LOCK_NAME
 from kae_deviceplugin.dra.stale_claims import StaleClaimSweeper
 from kae_deviceplugin.errors import ApiError
-from kae_deviceplugin.testing.dra_claims import ClaimNotFound, Result
 from tests.dra.node import HPRE_0, POOL, SEC_0, Node, add_claim, build_node
+from tests.support.dra_claims import ClaimNotFound, Result
 
 DEADLINE = 10.0
 
@@ -138,42 +140,73 @@ def test_an_unprepare_during_the_claim_read_leaves_nothing_behind(node: Node) ->
     assert not node.spec_path(claim.uid).exists()
 
 
-def _api_get(node: Node, refuse: set[str]) -> Any:
-    """The claim store as the API client answers: 404 for a deleted claim, 503 for ``refuse``."""
+def _api_get(node: Node, refuse: set[str], bare: frozenset[str] = frozenset()) -> Any:
+    """The claim store as the API client answers: a deleted claim is a 404 whose Status names
+    it (as the API server's is), ``refuse`` a 503, ``bare`` a 404 naming nothing (what an API
+    server that does not serve resource.k8s.io/v1 answers)."""
 
     async def get(namespace: str, name: str) -> Mapping[str, Any]:
         if name in refuse:
             raise ApiError("get resourceclaims: unavailable", status=503)
+        if name in bare:
+            raise ApiError("the server could not find the requested resource", status=404,
+                           reason="NotFound", details={})  # fmt: skip
         try:
             return await node.store.get(namespace, name)
         except ClaimNotFound as err:
-            raise ApiError(str(err), status=404, reason="NotFound") from None
+            details = {"name": name, "group": "resource.k8s.io", "kind": "resourceclaims"}
+            raise ApiError(str(err), status=404, reason="NotFound", details=details) from None
 
     return get
 
 
-def test_the_sweep_collects_only_claims_the_api_server_says_are_gone(node: Node) -> None:
-    """Four recorded claims: one deleted (404), one re-created under its name (another UID),
-    one the server does not answer for (503), one alive. The sweep unprepares the first two
-    and keeps the others with their specs; an orphan spec goes too."""
+def test_the_sweep_collects_only_claims_the_api_server_proves_gone(node: Node) -> None:
+    """Eight recorded claims: deleted (a 404 naming it), re-created under its name (another
+    UID), deallocated with no pod reserving it; and kept: a 404 naming nothing (no such API),
+    no answer (503), alive, deallocated but still reserved by a pod, an answer that is some
+    other object. The first sweep collects nothing and says which three it will collect; the
+    second collects those three and keeps the others with their specs; an orphan spec goes."""
     preparer = node.preparer()
-    refs = {
-        name: add_claim(node, name, Result("hpre", HPRE_0, POOL))
-        for name in ("deleted", "recreated", "unknown", "alive")
-    }
+    names = ("deleted", "recreated", "deallocated", "no-api", "unknown", "alive", "reserved",
+             "odd")  # fmt: skip
+    refs = {name: add_claim(node, name, Result("hpre", HPRE_0, POOL)) for name in names}
     asyncio.run(preparer.prepare(list(refs.values())))
     node.store.delete("team-a", "deleted")
     node.store.delete("team-a", "recreated")
     add_claim(node, "recreated", Result("hpre", HPRE_0, POOL))  # a new UID
+    node.store.claims[("team-a", "deallocated")]["status"] = {}
+    node.store.claims[("team-a", "reserved")]["status"] = {
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": "pod-uid"}]
+    }
+    node.store.claims[("team-a", "odd")] = {"kind": "Status", "metadata": {}}
     orphan = node.spec_path("0d1e5e57-aaaa-4bbb-8ccc-000000000000")
     orphan.write_text("{}")
-    sweeper = StaleClaimSweeper(preparer, _api_get(node, {"unknown"}))
-    swept = asyncio.run(sweeper.sweep())
-    gone = {refs["deleted"].uid, refs["recreated"].uid}
-    assert set(swept.claims) == gone
-    assert set(node.checkpoint.load().claims) == {refs["unknown"].uid, refs["alive"].uid}
+    sweeper = StaleClaimSweeper(preparer, _api_get(node, {"unknown"}, frozenset({"no-api"})))
+    gone = {refs["deleted"].uid, refs["recreated"].uid, refs["deallocated"].uid}
+    first = asyncio.run(sweeper.sweep())
+    assert first.claims == () and set(first.pending) == gone
+    assert set(node.checkpoint.load().claims) == {r.uid for r in refs.values()}
     assert not orphan.exists()
+    second = asyncio.run(sweeper.sweep())
+    assert set(second.claims) == gone and second.pending == ()
+    assert set(node.checkpoint.load().claims) == {r.uid for r in refs.values()} - gone
     assert all(node.spec_path(r.uid).exists() == (r.uid not in gone) for r in refs.values())
+
+
+def test_a_claim_seen_alive_between_two_sweeps_is_not_collected(node: Node) -> None:
+    """Proven gone once, then answered for (the API server's answer changed): the verdict is
+    dropped and a later sweep must prove it twice again."""
+    preparer = node.preparer()
+    claim = add_claim(node, "c1", Result("hpre", HPRE_0, POOL))
+    asyncio.run(preparer.prepare([claim]))
+    saved = node.store.claims.pop(("team-a", "c1"))
+    sweeper = StaleClaimSweeper(preparer, _api_get(node, set()))
+    assert asyncio.run(sweeper.sweep()).pending == (claim.uid,)
+    node.store.add(saved)
+    assert asyncio.run(sweeper.sweep()) == asyncio.run(sweeper.sweep())
+    node.store.delete("team-a", "c1")
+    assert asyncio.run(sweeper.sweep()).claims == ()
+    assert asyncio.run(sweeper.sweep()).claims == (claim.uid,)
 
 
 def test_the_sweep_changes_nothing_while_the_api_server_is_away(node: Node) -> None:
@@ -192,3 +225,140 @@ def test_the_sweep_changes_nothing_while_the_api_server_is_away(node: Node) -> N
 def test_a_claim_ref_for_the_record() -> None:
     """ClaimRef prints as namespace/name (the sweep's log line names claims so)."""
     assert str(ClaimRef("team-a", "c1", "u")) == "team-a/c1"
+
+
+def _gated(node: Node) -> tuple[Any, asyncio.Event, asyncio.Event]:
+    """A claim read that waits for ``release`` after saying it began (``reading``)."""
+    reading, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_get(namespace: str, name: str) -> Mapping[str, Any]:
+        reading.set()
+        await release.wait()
+        return await node.store.get(namespace, name)
+
+    return slow_get, reading, release
+
+
+def test_an_unprepare_on_the_other_instance_during_the_read_leaves_nothing(node: Node) -> None:
+    """A rolling update: the kubelet's prepare reached the old instance, which is reading the
+    claim from the API server, when its unprepare reaches the new one. The old instance's
+    prepare is refused and records nothing: no record, no spec (the overtake is seen through
+    the checkpoint's tombstone, not one process's memory)."""
+    claim = add_claim(node, "c1", Result("hpre", HPRE_0, POOL))
+    old, new = node.preparer(), node.preparer()
+    old.get_claim, reading, release = _gated(node)
+
+    async def main() -> None:
+        prepare = asyncio.create_task(old.prepare([claim]))
+        await reading.wait()
+        assert await new.unprepare([claim]) == {claim.uid: ""}
+        release.set()
+        answer = (await prepare)[claim.uid]
+        assert "unprepared while being read" in answer.error
+
+    asyncio.run(main())
+    assert node.checkpoint.load().claims == {}
+    assert not node.spec_path(claim.uid).exists()
+
+
+_UNPREPARER = """
+import asyncio, sys
+from pathlib import Path
+from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.dra.checkpoint import CheckpointFile
+from kae_deviceplugin.dra.claims import ClaimRef
+from kae_deviceplugin.dra.prepare import ClaimPreparer
+
+async def never(namespace, name):
+    raise AssertionError("an unprepare reads no claim")
+
+plugin, cdi, namespace, name, uid = sys.argv[1:]
+preparer = ClaimPreparer(pool="worker-1", inventory=Inventory, policy=lambda: None,
+                         get_claim=never, checkpoint=CheckpointFile(Path(plugin)),
+                         cdi_dir=Path(cdi))
+print(asyncio.run(preparer.unprepare([ClaimRef(namespace, name, uid)])), flush=True)
+"""
+
+
+def test_an_unprepare_by_another_process_during_the_read_leaves_nothing(node: Node) -> None:
+    """The same with the unprepare in a second process (its own interpreter, lock descriptor
+    and memory), as two driver pods are: the prepare still records nothing."""
+    claim = add_claim(node, "c1", Result("hpre", HPRE_0, POOL))
+    preparer = node.preparer()
+    preparer.get_claim, reading, release = _gated(node)
+
+    async def main() -> None:
+        prepare = asyncio.create_task(preparer.prepare([claim]))
+        await reading.wait()
+        args = [str(node.root / "plugin"), str(node.cdi_dir), claim.namespace, claim.name]
+        other = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _UNPREPARER, *args, claim.uid,
+            stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2],
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(other.communicate(), DEADLINE * 3)
+        assert other.returncode == 0 and out.decode().strip() == repr({claim.uid: ""})
+        release.set()
+        answer = (await prepare)[claim.uid]
+        assert "unprepared while being read" in answer.error
+
+    asyncio.run(main())
+    assert node.checkpoint.load().claims == {}
+    assert not node.spec_path(claim.uid).exists()
+
+
+def test_a_prepare_after_an_unprepare_is_not_mistaken_for_one_overtaken(node: Node) -> None:
+    """The kubelet unprepares a claim on one instance and later prepares it again on the
+    other: the tombstone predates the prepare's read, so the claim is prepared."""
+    claim = add_claim(node, "c1", Result("hpre", HPRE_0, POOL))
+    old, new = node.preparer(), node.preparer()
+
+    async def main() -> None:
+        assert not (await old.prepare([claim]))[claim.uid].error
+        assert await new.unprepare([claim]) == {claim.uid: ""}
+        assert (await old.prepare([claim]))[claim.uid].error == ""
+
+    asyncio.run(main())
+    assert set(node.checkpoint.load().claims) == {claim.uid}
+    assert node.spec_path(claim.uid).is_file()
+
+
+def test_the_unprepare_record_stays_bounded_over_many_claims(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """5,000 claims unprepared in 50 calls (a storm): the tombstones in the file and in
+    memory never exceed MAX_TOMBSTONES (64 here), and those older than the TTL go at the next
+    write; no per-claim memory is kept besides."""
+    monkeypatch.setattr(checkpoint, "MAX_TOMBSTONES", 64)
+    now = [1_000_000.0]
+    preparer = node.preparer()
+    preparer.clock = lambda: now[0]
+
+    async def main() -> None:
+        for call in range(50):
+            refs = [ClaimRef("team-a", f"c{call}-{k}", f"u-{call}-{k}") for k in range(100)]
+            assert set((await preparer.unprepare(refs)).values()) == {""}
+            assert len(preparer.state.unprepared) <= 64
+        now[0] += checkpoint.TOMBSTONE_TTL + 1
+        await preparer.unprepare([ClaimRef("team-a", "last", "u-last")])
+
+    asyncio.run(main())
+    on_disk = node.checkpoint.load()
+    assert set(on_disk.unprepared) == {"u-last"} == set(preparer.state.unprepared)
+    assert on_disk.generation == 51 and on_disk.forgotten == 50
+    assert not any(isinstance(v, Counter) for v in vars(preparer).values())
+
+
+def test_a_uid_under_another_name_never_rewrites_its_record(node: Node) -> None:
+    """A prepare naming a recorded UID with another namespace/name is refused in one line
+    naming both, and the record keeps the original name; an unprepare so named leaves the
+    record and its spec alone."""
+    claim = add_claim(node, "original", Result("hpre", HPRE_0, POOL))
+    preparer = node.preparer()
+    asyncio.run(preparer.prepare([claim]))
+    impostor = ClaimRef("team-b", "impostor", claim.uid)
+    error = asyncio.run(preparer.prepare([impostor]))[claim.uid].error
+    assert "team-b/impostor" in error and "team-a/original" in error and "\n" not in error
+    assert asyncio.run(node.preparer().unprepare([impostor])) == {claim.uid: ""}
+    recorded = node.checkpoint.load().claims[claim.uid]
+    assert (recorded.namespace, recorded.name) == ("team-a", "original")
+    assert node.spec_path(claim.uid).is_file()

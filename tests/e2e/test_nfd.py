@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from kae_deviceplugin.discovery.node_facts import read_node_facts
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.observability import nfd
 from tests.e2e.cluster import REPO, Cluster, FixtureTree, Plugin, wait_until
@@ -39,6 +40,12 @@ def file_labels(path: Path) -> dict[str, str] | None:
     return labels
 
 
+def tree_labels(tree: FixtureTree) -> dict[str, str]:
+    """The labels the plugin writes for ``tree``: its hardware and the node's facts."""
+    inventory = scan(tree.sys, tree.dev)
+    return nfd.feature_labels(inventory, read_node_facts(tree.sys, inventory))
+
+
 def wait_labels(cluster: Cluster, wanted: dict[str, str], timeout: float = 60.0) -> None:
     """Wait until the node's kae labels are exactly `wanted`."""
     try:
@@ -62,13 +69,15 @@ def test_nfd_labels_the_node_from_the_plugins_feature_file(
     features_file: Path,
 ) -> None:
     """The plugin writes its feature file; nfd-worker and nfd-master give the node exactly the
-    labels of the tree's hardware (kae.present; per engine present, api, algorithms, pfs, vfs).
-    Removing every HPRE device drops the hpre labels from the node; without the file the kae
-    labels go."""
+    labels of the tree's hardware (kae.present; per engine present, api, algorithms, pfs, vfs)
+    and of the node's facts (per engine sva, uacce-mode, pf-q-num, driver-provenance).
+    Removing every HPRE device drops the hpre labels from the node but for the likely cause
+    (its PFs are still bound: no-uacce); without the file the kae labels go."""
     assert kae_labels(cluster) == {}, "kae labels left on the node by an earlier run"
     tree = tree_factory("kunpeng920-2p")
-    labels = nfd.feature_labels(scan(tree.sys, tree.dev))
+    labels = tree_labels(tree)
     assert labels[nfd.LABEL_PREFIX + "kae-hpre.pfs"] == "2", labels
+    assert labels[nfd.LABEL_PREFIX + "kae-hpre.driver-provenance"] == "out-of-tree", labels
     plugin_factory(tree, "plugin-watcher", extra=["--nfd-features-file", str(features_file)])
     wait_until("the plugin's feature file", lambda: file_labels(features_file) == labels)
     wait_labels(cluster, labels)
@@ -76,7 +85,10 @@ def test_nfd_labels_the_node_from_the_plugins_feature_file(
     for name in tree.names():
         if name.startswith("hisi_hpre-"):
             tree.remove(name)
-    without_hpre = {k: v for k, v in labels.items() if "kae-hpre." not in k}
+    without_hpre = tree_labels(tree)
+    cause = nfd.LABEL_PREFIX + "kae-hpre.likely-absent-cause"
+    assert {k for k in without_hpre if "kae-hpre." in k} == {cause}, without_hpre
+    assert without_hpre[cause] == "no-uacce"
     wait_until("the feature file without hpre", lambda: file_labels(features_file) == without_hpre)
     wait_labels(cluster, without_hpre)
 

@@ -2,7 +2,7 @@
 
 Slices are what the real driver builds (``dra.slices.build_slices``) for checked-in fixture
 trees; DeviceClasses are the shipped ones (deploy/dra/deviceclasses.yaml); claims are shaped as
-the API server returns them (``testing.dra_claims``). The nodes:
+the API server returns them (``tests.support.dra_claims``). The nodes:
 
 * ``worker-1``: DRA, kunpeng920-2p (HPRE, SEC, ZIP on NUMA nodes 0 and 2), ZIP shared by queues.
 * ``worker-2``: DRA, the ``faults`` tree: every device tainted unhealthy but zip-0000-b5-00-0.
@@ -24,9 +24,9 @@ from kae_deviceplugin.discovery.queues import QueueTotals
 from kae_deviceplugin.dra.slice_devices import DeviceOptions
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.kubectl.main import cli
-from kae_deviceplugin.testing.dra_claims import Result as Allocated
-from kae_deviceplugin.testing.dra_claims import claim_object
 from tests.dra.inventories import FIXTURES, fixture_inventory
+from tests.support.dra_claims import Result as Allocated
+from tests.support.dra_claims import claim_object
 from tests.support.http_apiserver import HttpApiServer
 
 JsonObject = dict[str, Any]

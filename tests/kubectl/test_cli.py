@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kae_deviceplugin.apiserver.lightkube_reads import kubeconfig_path
+from kae_deviceplugin.apiserver.rest_reads import kubeconfig_paths
 from kae_deviceplugin.kubectl.main import cli
 from tests.kubectl.cluster import REPO, kubectl_kae
 from tests.support.http_apiserver import HttpApiServer, write_kubeconfig
@@ -80,13 +80,14 @@ def test_the_contexts_namespace_is_the_default(api: HttpApiServer, tmp_path: Pat
 
 
 def test_kubeconfig_is_found_as_kubectl_finds_it(tmp_path: Path) -> None:
-    """--kubeconfig wins; else KUBECONFIG's first existing file; else none (in-cluster)."""
+    """--kubeconfig wins; else KUBECONFIG's existing files, in order (merged); else none
+    (in-cluster)."""
     first = write_kubeconfig(tmp_path / "a", "http://127.0.0.1:1", "t")
     second = write_kubeconfig(tmp_path / "b", "http://127.0.0.1:2", "t")
     listed = {"KUBECONFIG": f"{tmp_path / 'none'}:{second}:{first}", "HOME": str(tmp_path)}
-    assert kubeconfig_path(first, listed) == first
-    assert kubeconfig_path(None, listed) == second
-    assert kubeconfig_path(None, {"HOME": str(tmp_path)}) is None
+    assert kubeconfig_paths(first, listed) == [first]
+    assert kubeconfig_paths(None, listed) == [second, first]
+    assert kubeconfig_paths(None, {"HOME": str(tmp_path)}) == []
 
 
 def test_a_target_that_is_not_a_pod_is_a_usage_error(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kae_deviceplugin.testing.dra_claims import Result as Allocated
 from tests.kubectl.cluster import DRA_1, HPRE_2, PLUGIN, claim, kubectl_kae, pod
+from tests.support.dra_claims import Result as Allocated
 from tests.support.http_apiserver import HttpApiServer
 
 

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kae_deviceplugin.testing.dra_claims import Result as Allocated
 from tests.kubectl.cluster import (
     DRA_1,
     DRA_2,
@@ -29,6 +28,7 @@ from tests.kubectl.cluster import (
     selector,
     template,
 )
+from tests.support.dra_claims import Result as Allocated
 from tests.support.http_apiserver import HttpApiServer
 
 KAE = "kae.openfuyao.com"

@@ -8,7 +8,6 @@ import copy
 import json
 from pathlib import Path
 
-from kae_deviceplugin.testing.dra_claims import Result as Allocated
 from tests.kubectl.cluster import (
     DRA_1,
     DRA_2,
@@ -23,6 +22,7 @@ from tests.kubectl.cluster import (
     pod,
 )
 from tests.kubectl.test_why import pending_with, reasons, why
+from tests.support.dra_claims import Result as Allocated
 from tests.support.http_apiserver import HttpApiServer
 
 

@@ -18,8 +18,6 @@ from typing import Any
 import pytest
 import yaml
 
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
-from kae_deviceplugin.testing.dra_kubelet import Claim
 from kae_deviceplugin.testing.podresources_emulator import PodResourcesEmulator
 from tests.deploy.test_deploy import CHART, helm_run
 from tests.observability.test_prometheus_server import (
@@ -29,6 +27,8 @@ from tests.observability.test_prometheus_server import (
     query,
     wait_for,
 )
+from tests.support.dra_claims import Result, claim_object
+from tests.support.dra_kubelet import Claim
 from tests.support.dra_process import NODE, device_names, dra_node, dra_process
 from tests.support.http_apiserver import HttpApiServer
 from tests.support.observability_harness import observed_node

@@ -1,4 +1,4 @@
-"""The real DRA daemon (``serve --mode dra`` in a subprocess, lightkube over HTTP) against a
+"""The real DRA daemon (``serve --mode dra`` in a subprocess, its own client over HTTP) against a
 test API server that misbehaves on purpose.
 
 The first tests prove the server and the harness: the daemon publishes its pool owned by the
@@ -10,14 +10,16 @@ garbage line on the watch, an unhealthy device published untainted where taints 
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 import uuid
 
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
-from kae_deviceplugin.testing.dra_kubelet import Claim
 from kae_deviceplugin.testing.sysfs_builder import set_attribute
 from kae_deviceplugin.testing.sysfs_trees import large_tree
 from tests.dra.node import HPRE_0, SEC_0
+from tests.support.dra_claims import Result, claim_object
+from tests.support.dra_kubelet import Claim
 from tests.support.dra_process import (
     NODE,
     DraNode,
@@ -195,3 +197,33 @@ def test_an_unhealthy_device_is_left_out_where_the_server_drops_taints(
         assert api.wait_for(lambda: published(api, ALL_DEVICES - {SEC_0}), REPAIR), (
             daemon.describe()
         )
+
+
+def _watch_requests_counted(daemon: DraProcess) -> int:
+    url = f"http://127.0.0.1:{daemon.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=DEADLINE) as answer:
+        text = answer.read().decode()
+    found = re.search(r'^kae_apiserver_requests_total\{verb="watch"\} (\S+)$', text, re.M)
+    assert found is not None, text[-2000:]
+    return int(float(found.group(1)))
+
+
+def test_a_watch_ended_at_once_backs_off_and_every_request_is_counted(
+    api: HttpApiServer, node: DraNode
+) -> None:
+    """The server (a proxy) ends every watch of slices at once with nothing in it: the daemon
+    asks again after a growing wait, says so once at INFO, stays ready, and its metric counts
+    every watch request the server saw (issue 40: ~800 a second, counted as one)."""
+    api.seed_node(NODE)
+    with dra_process(node, api) as daemon:
+        started(daemon, api)
+        api.faults.watches_end_at_once = True
+        assert api.store.end_watches("clean") >= 1
+        said = "the API server ends each watch of resourceslices at once"
+        assert daemon.wait_log(said, DEADLINE), daemon.describe()
+        before = api.faults.count("watch")
+        counted = _watch_requests_counted(daemon)
+        after = api.faults.count("watch")
+        assert before <= counted <= after, (before, counted, after)
+        assert after < 20, daemon.describe()  # 1 + 0.5 + 1 + 2 s of waits, not thousands
+        assert daemon.readyz()[0] == 200, daemon.describe()

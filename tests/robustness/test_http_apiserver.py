@@ -1,4 +1,4 @@
-"""The HTTP test API server itself, through the daemon's own client (lightkube, in-process):
+"""The HTTP test API server itself, through the project's own client (in-process):
 it answers as the real server does, and each fault it is told to make reaches the client as
 the real one would."""
 
@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from lightkube import KubeConfig
 
+from kae_deviceplugin.apiserver.kubeconfig import load_kubeconfig
 from kae_deviceplugin.apiserver.rest_api import RestApi, connect
 from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kae_deviceplugin.errors import ApiError
-from kae_deviceplugin.testing.dra_claims import Result, claim_object
 from tests.support.api_calls import refused
+from tests.support.dra_claims import Result, claim_object
 from tests.support.http_apiserver import HttpApiServer, write_kubeconfig
 
 DEADLINE = 10.0
@@ -151,7 +151,7 @@ async def until(check: Callable[[], bool]) -> None:
 
 
 def test_watch_ends_clean_with_410_and_with_garbage(api: HttpApiServer, tmp_path: Path) -> None:
-    """A watch starts with ADDED for what exists; after a clean end lightkube resumes from the
+    """A watch starts with ADDED for what exists; after a clean end the client resumes from the
     last version and misses nothing (the DELETED of the gap arrives); a 410 ERROR event is an
     ApiError 410; a garbage line is an error that is no ApiError."""
     api.seed("resourceslices", a_slice("s1"))
@@ -224,10 +224,9 @@ def test_dropped_fields_are_not_kept(api: HttpApiServer, tmp_path: Path) -> None
     assert api.slices()[0]["spec"]["devices"] == [{"name": "dev-0"}]
 
 
-def test_the_kubeconfig_is_one_lightkube_reads(tmp_path: Path) -> None:
+def test_the_kubeconfig_is_one_the_client_reads(tmp_path: Path) -> None:
     """The kubeconfig names the plain-http server and the token user."""
     path = write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:1", "t0")
-    config = KubeConfig.from_file(path).get()
-    assert config is not None
-    assert config.cluster.server == "http://127.0.0.1:1"
-    assert config.user is not None and config.user.token == "t0"
+    config, server = load_kubeconfig(path)
+    assert server == "http://127.0.0.1:1"
+    assert config["users"][0]["user"]["token"] == "t0"

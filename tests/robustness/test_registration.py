@@ -16,9 +16,9 @@ import grpc
 from kae_deviceplugin._generated.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from kae_deviceplugin.daemon.run import build_daemon
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
-from kae_deviceplugin.testing.plugin_watcher_emulator import PluginWatcherEmulator
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.support.harness import DEADLINE, DaemonThread, running_node, settings_for, short_tmpdir
+from tests.support.plugin_watcher_emulator import PluginWatcherEmulator
 
 HPRE = "openfuyao.com/kae.hpre"
 

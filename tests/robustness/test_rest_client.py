@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kae_deviceplugin.apiserver import rest_api
+from kae_deviceplugin.apiserver import rest_watch, rest_wire
 from kae_deviceplugin.apiserver.rest_api import RestApi, connect
 from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kae_deviceplugin.errors import UNREACHABLE
@@ -86,7 +86,8 @@ def test_watch_lines_split_across_chunks_a_clean_end_resumes_and_a_410_ends_it(
         queries = [request.query for _, request in server.requests]
         assert [q.get("resourceVersion") for q in queries] == ["3", "7"]
         assert queries[0]["fieldSelector"] == "spec.driver=kae.openfuyao.com,spec.nodeName=n1"
-        assert queries[0]["watch"] == "true" and queries[0]["timeoutSeconds"] == "300"
+        assert queries[0]["watch"] == "true" and 300 <= int(queries[0]["timeoutSeconds"]) <= 600
+        assert queries[0]["allowWatchBookmarks"] == "true"
         return seen
 
     assert run(tmp_path, respond, body) == ["ADDED s1", "MODIFIED s1"]
@@ -146,8 +147,8 @@ def test_a_server_that_never_answers_is_a_timeout_not_a_hang(
 ) -> None:
     """A request read and never answered, and a watch whose head came but nothing after: each
     ends in its own bound with an unreachable ApiError saying how long it waited."""
-    monkeypatch.setattr(rest_api, "REQUEST_TIMEOUT", 0.2)
-    monkeypatch.setattr(rest_api, "WATCH_SILENCE", 0.2)
+    monkeypatch.setattr(rest_wire, "REQUEST_TIMEOUT", 0.2)
+    monkeypatch.setattr(rest_watch, "WATCH_SILENCE", 0.2)
     never = asyncio.Event()
 
     async def respond(request: Request, writer: Any) -> bool:

@@ -63,6 +63,7 @@ class Faults:
     refusals: list[Refusal] = field(default_factory=list)
     dropped: dict[str, tuple[str, ...]] = field(default_factory=dict)
     log: list[RequestRecord] = field(default_factory=list)
+    watches_end_at_once: bool = False  # each watch answered and ended with nothing in it
 
     def refuse(
         self,

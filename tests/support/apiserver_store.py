@@ -20,7 +20,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from tests.support.apiserver_fields import JsonObject, at, drop, now_rfc3339, stamp_taints
 
@@ -32,13 +32,28 @@ class StatusError(Exception):
     """A refusal the server answers with a Kubernetes Status object."""
 
     def __init__(
-        self, code: int, reason: str, message: str, *, retry_after: int | None = None
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        *,
+        retry_after: int | None = None,
+        details: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.message = message
         self.retry_after = retry_after  # seconds, sent as Retry-After (429)
+        self.details = details  # the Status's details (a missing object's name and kind)
+
+
+def not_found(plural: str, name: str) -> StatusError:
+    """The API server's 404 for an object that does not exist: its Status names the object
+    (``details.name``, and ``kind``: the plural; the HTTP layer adds the group)."""
+    return StatusError(
+        404, "NotFound", f'{plural} "{name}" not found', details={"name": name, "kind": plural}
+    )
 
 
 @dataclass(frozen=True)
@@ -106,7 +121,7 @@ class ObjectStore:
         with self.lock:
             found = self.objects.get((plural, namespace, name))
             if found is None:
-                raise StatusError(404, "NotFound", f'{plural} "{name}" not found')
+                raise not_found(plural, name)
             return copy.deepcopy(found)
 
     def list(
@@ -182,7 +197,7 @@ class ObjectStore:
         with self.lock:
             old = self.objects.get((plural, namespace, name))
             if old is None:
-                raise StatusError(404, "NotFound", f'{plural} "{name}" not found')
+                raise not_found(plural, name)
             sent = stored["metadata"].get("resourceVersion")
             if sent and sent != old["metadata"]["resourceVersion"]:
                 message = (
@@ -198,7 +213,7 @@ class ObjectStore:
         with self.lock:
             old = self.objects.pop((plural, namespace, name), None)
             if old is None:
-                raise StatusError(404, "NotFound", f'{plural} "{name}" not found')
+                raise not_found(plural, name)
             self._deleted(plural, old)
             return copy.deepcopy(old)
 

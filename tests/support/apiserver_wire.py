@@ -182,8 +182,11 @@ def status_object(err: StatusError) -> JsonObject:
         "reason": err.reason,
         "code": err.code,
     }
+    details = dict(err.details or {})
     if err.retry_after is not None:
-        status["details"] = {"retryAfterSeconds": err.retry_after}
+        details["retryAfterSeconds"] = err.retry_after
+    if details:
+        status["details"] = details
     return status
 
 

@@ -31,9 +31,9 @@ from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2 as reg_pb
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from kae_deviceplugin.dra.api import plugin_dir, socket_names
 from kae_deviceplugin.kubelet.pluginwatcher import registry_dir
-from kae_deviceplugin.testing.dra_kubelet import Claim, DRAKubelet, Prepared
 from kae_deviceplugin.testing.sysfs_builder import DeviceSpec, build_tree
 from kae_deviceplugin.testing.sysfs_trees import TREES
+from tests.support.dra_kubelet import Claim, DRAKubelet, Prepared
 from tests.support.harness import short_tmpdir
 from tests.support.http_apiserver import HttpApiServer
 
@@ -229,10 +229,12 @@ def dra_process(
     name: str = NODE,
     pod_uid: str | None = None,
     args: Sequence[str] = (),
+    tag: str | None = None,
 ) -> Iterator[DraProcess]:
     """``serve --mode dra`` for node ``name`` on ``node``, talking to ``api``; SIGTERM (then
-    SIGKILL) when the block ends. ``args`` are more flags."""
-    tag = pod_uid or "main"
+    SIGKILL) when the block ends. ``args`` are more flags; ``tag`` names its log and kubeconfig
+    (default: the pod UID, else "main")."""
+    tag = tag or pod_uid or "main"
     kubeconfig = api.kubeconfig(node.workdir / f"kubeconfig-{tag}")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in UNSET and not k.startswith("KAE_DP_")}

@@ -1,5 +1,5 @@
 """An in-memory API server behind ``apiserver.seam.ApiServer``, for unit tests of what sits on
-the seam; the real one (through lightkube) is proven against the e2e cluster's API server and,
+the seam; the real one (the project's own client) is proven against the e2e cluster's API server and,
 in a real daemon process, against the HTTP test server (``http_apiserver``).
 
 It keeps what the real one does that a controller depends on: resourceVersion checks on replace
@@ -69,7 +69,10 @@ class FakeApiServer:
         self._maybe_fail("get")
         found = self.objects.get(self._key(kind, name, namespace))
         if found is None:
-            raise ApiError(f"{kind.plural}/{name} not found", status=404, reason="NotFound")
+            details = {"name": name, "group": kind.group, "kind": kind.plural}
+            raise ApiError(
+                f"{kind.plural}/{name} not found", status=404, reason="NotFound", details=details
+            )
         return copy.deepcopy(found)
 
     async def list(self, kind: Kind, field_selector: Mapping[str, str]) -> list[JsonObject]:

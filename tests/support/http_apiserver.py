@@ -1,7 +1,7 @@
 """A Kubernetes API server over real HTTP for tests, that misbehaves when told to.
 
 Plain HTTP/1.1 on 127.0.0.1 at a random port, served by an asyncio loop on its own thread, so a
-test (or a daemon in a subprocess, through lightkube) talks to it as to the real one: nodes GET,
+test (or a daemon in a subprocess, through its own client) talks to it as to the real one: nodes GET,
 resourceclaims GET (namespaced), resourceslices LIST / WATCH / GET / POST / PUT / DELETE, with
 Status objects for errors. The objects and watches are ``store`` (apiserver_store), refusals,
 dropped fields and the request log are ``faults`` (apiserver_faults); both may be used from the
@@ -64,6 +64,8 @@ class HttpApiServer:
         self._connections: dict[asyncio.StreamWriter, asyncio.Task[Any]] = {}
         self._frozen_until = 0.0
         self._thawed = asyncio.Event()
+        self._held: set[tuple[str, str]] = set()  # (verb, plural) whose requests wait
+        self._released = asyncio.Event()
         self.errors: list[Exception] = []  # raised while serving: a bug here, not the client's
 
     @property
@@ -140,6 +142,25 @@ class HttpApiServer:
 
         self._loop.call_soon_threadsafe(thawed)
 
+    def hold(self, verb: str, plural: str) -> None:
+        """Accept and read every ``verb`` request of ``plural``, answer none until ``release``;
+        every other request is answered as usual."""
+
+        def held() -> None:
+            self._held.add((verb, plural))
+            self._released.clear()
+
+        self._loop.call_soon_threadsafe(held)
+
+    def release(self) -> None:
+        """Answer the held requests, and hold none from now on."""
+
+        def released() -> None:
+            self._held.clear()
+            self._released.set()
+
+        self._loop.call_soon_threadsafe(released)
+
     # -- what tests seed, read and wait for ---------------------------------------------------
 
     def seed(self, plural: str, obj: JsonObject) -> JsonObject:
@@ -189,16 +210,21 @@ class HttpApiServer:
         """Answer one request; whether the connection goes on."""
         headers: dict[str, str] = {}
         entry: RequestRecord | None = None
+        call = None
         try:
             call = parse_call(request)
             entry = self.faults.record(call.verb, call.resource.plural, call.name)
             await self._while_frozen()
+            if (call.verb, call.resource.plural) in self._held:
+                await self._released.wait()
             self._admit(request, call)
             if call.verb == "watch":
                 return await self._watch(call, request, reader, writer, entry)
             dropped = self.faults.dropped_for(call.resource.plural)
             code, body = apply_call(self.store, call, request, dropped)
         except StatusError as err:
+            if err.details is not None and "kind" in err.details and call is not None:
+                err.details.setdefault("group", call.resource.group)  # as the real server names it
             code, body = err.code, status_object(err)
             if err.retry_after is not None:
                 headers["Retry-After"] = str(err.retry_after)
@@ -241,6 +267,11 @@ class HttpApiServer:
         watcher = self.store.watch(call.resource.plural, call.namespace, selector, since, deliver)
         self.faults.answered(entry, 200)
         writer.write(WATCH_HEAD)
+        if self.faults.watches_end_at_once:  # as a proxy that ends streams cleanly at once
+            if watcher is not None:
+                self.store.unwatch(watcher)
+            writer.write(b"0\r\n\r\n")
+            return True
         timeout = float(request.query.get("timeoutSeconds") or 0) or None
         try:
             return await stream_watch(queue, reader, writer, timeout)

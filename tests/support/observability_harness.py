@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -69,12 +70,17 @@ class ObservedNode(Node):
 
 @contextmanager
 def observed_node(
-    tree: str = "kunpeng920-2p-vfs", *, start_kubelet: bool = True, **changes: Any
+    tree: str = "kunpeng920-2p-vfs",
+    *,
+    start_kubelet: bool = True,
+    build: Callable[[Path], None] | None = None,
+    **changes: Any,
 ) -> Iterator[ObservedNode]:
-    """Like ``harness.running_node``, plus the endpoint on 127.0.0.1 at a free port."""
+    """Like ``harness.running_node``, plus the endpoint on 127.0.0.1 at a free port. ``build``
+    makes the node's tree instead of the named ``tree``."""
     with short_tmpdir() as workdir:
         root = workdir / "node"
-        TREES[tree].build(root)
+        (build or TREES[tree].build)(root)
         changes = {"metrics_address": "127.0.0.1:0", **changes}
         settings = settings_for(workdir, **changes)
         kubelet = KubeletEmulator(settings.effective_device_plugin_dir, dial_timeout=5.0)

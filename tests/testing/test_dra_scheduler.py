@@ -38,6 +38,8 @@ CLASSES = {
 EXPRESSIONS = [
     *(c["selectors"][0]["cel"]["expression"] for c in CLASSES.values()),
     f'device.attributes["{DRIVER}"].alg_rsa',
+    f'device.attributes["{DRIVER}"].sva',
+    f'device.attributes["{DRIVER}"].sva == false',
     f'device.attributes["{DRIVER}"].function == "vf"',
     f'device.attributes["{NUMA.partition("/")[0]}"].numaNode == 2',
     'device.driver == "other.example.com"',
