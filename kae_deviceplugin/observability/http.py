@@ -171,7 +171,7 @@ def daemon_routes(
             daemon.shared_queues(),
             daemon.expected_registrations,
             daemon.api_requests(),
-            daemon.vf_changes,
+            vf_changes=daemon.vf_changes,
         )
 
     async def held() -> tuple[Allocations | None, str | None]:
