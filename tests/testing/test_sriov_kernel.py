@@ -80,7 +80,7 @@ def test_queue_split_follows_pf_q_num(tmp_path: Path) -> None:
     """With the module's pf_q_num at 64 the VFs share 960: 7 VFs get 137, the last 138."""
     kernel = SriovKernel(tmp_path / "backing", two_socket())
     params = kernel.backing / "sys" / "module" / "hisi_sec2" / "parameters"
-    params.mkdir(parents=True)
+    params.mkdir(parents=True, exist_ok=True)
     (params / "pf_q_num").write_text("64\n")
     with kernel.mounted(tmp_path / "mnt") as root:
         assert write(numvfs(root), "7") == 0
