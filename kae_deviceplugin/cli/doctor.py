@@ -18,8 +18,8 @@ import os
 import stat
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,12 +30,14 @@ from kae_deviceplugin.cli.allocations import endpoint_url
 from kae_deviceplugin.cli.checks import Row, Status
 from kae_deviceplugin.cli.doctor_facts import check_node_facts
 from kae_deviceplugin.cli.doctor_mode import check_mode
+from kae_deviceplugin.cli.doctor_vfs import check_vf_profiles, claims_for
 from kae_deviceplugin.cli.hardware import check_hardware
 from kae_deviceplugin.config.settings import Mode
 from kae_deviceplugin.container.runtime_cdi import config_paths, from_configs
 from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.health import DEV_NODE_MISSING, REASON_FIXES
 from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.core.views import VfProfile
 
 if TYPE_CHECKING:
     from kae_deviceplugin.apiserver.seam import ApiServer
@@ -62,6 +64,9 @@ class Targets:
     runtime_config: Path | None = None  # the runtime's config file; None: its own path
     cdi: bool = False  # device plugin: devices named as CDI devices in Allocate
     state_dir: Path = Path("/var/lib/kae-deviceplugin")  # mode auto: the choice recorded there
+    # The VF profiles (engines.<name>.vfs) and who to ask who holds a VF.
+    vf_profiles: Mapping[str, VfProfile] = field(default_factory=dict)
+    pod_resources_socket: Path | None = None  # None: <kubelet_root>/pod-resources/kubelet.sock
 
 
 def check_uacce_class(sysfs_root: Path, inventory: Inventory, hardware: bool) -> list[Row]:
@@ -234,6 +239,9 @@ def run_checks(
         rows += check_configured_cdi(targets.runtime_config)
     rows += check_daemon(targets.metrics_address)
     rows += check_nfd(targets.nfd_features_file, datetime.now(UTC))
+    socket = targets.pod_resources_socket or targets.kubelet_root / "pod-resources/kubelet.sock"
+    claims = claims_for(targets.mode, targets.kubelet_root) if targets.vf_profiles else None
+    rows += check_vf_profiles(targets.sysfs_root, inventory, targets.vf_profiles, socket, claims)
     return rows
 
 

@@ -75,6 +75,7 @@ def doctor_command(
     specs, instead of the device plugin's sockets.
     """
     from kae_deviceplugin.cli import doctor  # noqa: PLC0415 -- only this command needs it
+    from kae_deviceplugin.daemon.vf_profiles import profiles_of  # noqa: PLC0415 -- as doctor
 
     logs.configure("error", "text")
     settings = _settings(ctx, config_path, params)
@@ -94,6 +95,8 @@ def doctor_command(
         runtime_config=settings.runtime_config,
         cdi=settings.cdi,
         state_dir=settings.state_dir,
+        vf_profiles=profiles_of(settings),
+        pod_resources_socket=settings.effective_pod_resources_socket,
     )
     rows = doctor.run_checks(targets)
     click.echo(doctor.render_json(rows) if output == "json" else doctor.render_table(rows))

@@ -155,6 +155,30 @@ def check_config_command(path: Path) -> None:
 main.add_command(doctor_command)
 
 
+@main.command("vf-writer")
+@click.option(
+    "--requests",
+    "requests_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    required=True,
+    help="The directory shared with serve (its paths.vfWriterDir).",
+)
+@click.option(
+    "--sysfs-root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("/sys"),
+    show_default=True,
+    help="Where this process sees the host's sysfs, with its PCI devices writable.",
+)
+def vf_writer_command(requests_dir: Path, sysfs_root: Path) -> None:
+    """Write sriov_numvfs of KAE PFs when serve asks (the chart's vf-writer container); never
+    anything else."""
+    from kae_deviceplugin.daemon.vf_requests import serve_requests  # noqa: PLC0415
+
+    logs.configure("info", "text")
+    serve_requests(str(sysfs_root), requests_dir)
+
+
 @main.command("demo")
 @option("--tree", default="kunpeng920-2p", show_default=True, help="Bundled node layout to serve.")
 @option(

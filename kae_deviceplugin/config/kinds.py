@@ -26,6 +26,7 @@ Kind = Literal[
     "count",
     "optional-name",
     "engine-list",
+    "vf-count",
 ]
 
 

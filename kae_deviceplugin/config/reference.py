@@ -43,7 +43,8 @@ def render_reference() -> str:
         )
     defaults = EngineSettings()
     for name, (_, type_text) in ENGINE_FIELDS.items():
-        default = show_value(getattr(defaults, name), "count")
+        value = getattr(defaults, name)
+        default = "null" if value is None else show_value(value, "count")
         lines.append(
             f"| `engines.<name>.{name}` | none | {type_text} | `{default}` | "
             f"{RELOAD_TEXT['resource']} | See below. |"

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from kae_deviceplugin.core.engines import ENGINES_BY_NAME
+from kae_deviceplugin.core.engines import ENGINES_BY_NAME, MAX_VFS
 from kae_deviceplugin.core.ids import MAX_SHARES
 
 Rule = Callable[[object], Any]
@@ -110,6 +110,23 @@ def shares(value: object) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SHARES:
         raise ValueError(f"must be a whole number from 1 to {MAX_SHARES}")
+    return value
+
+
+VF_COUNT_WHY: Final = (
+    f"must be a whole number from 0 to {MAX_VFS}, or max, written without quotes; "
+    "null leaves the VFs as they are"
+)
+
+
+def vf_count(value: object) -> int | str | None:
+    """A VF profile: a YAML integer 0 to MAX_VFS, ``max`` (any case), or null for "unset"."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() == "max":
+        return "max"
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_VFS:
+        raise ValueError(VF_COUNT_WHY)
     return value
 
 

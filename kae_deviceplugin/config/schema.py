@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from kae_deviceplugin.config import rules
+from kae_deviceplugin.config.engine_fields import ENABLE_ENGINES_FLAG, ENGINE_FIELDS
 from kae_deviceplugin.config.kinds import RELOAD_TEXT, Kind, Reload, show_value
 from kae_deviceplugin.config.option import ENV_PREFIX, Option, default_of
 from kae_deviceplugin.config.option import option as _option
@@ -23,9 +24,7 @@ from kae_deviceplugin.config.settings import (
     REGISTRATIONS,
     UNHEALTHY_TAINTS,
 )
-from kae_deviceplugin.core.ids import MAX_SHARES
 from kae_deviceplugin.core.placement import POLICIES
-from kae_deviceplugin.core.views import FUNCTIONS
 
 # Kind, Reload, RELOAD_TEXT and show_value live in kinds.py, Option, ENV_PREFIX and default_of
 # in option.py, re-exported here.
@@ -86,6 +85,14 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "only where the daemon sees the host's /dev under another prefix.",
         "restart",
         derived_default="<dev-root>",
+    ),
+    _option(
+        "vf_writer_dir",
+        "paths.vfWriterDir",
+        "optional-path",
+        "A directory shared with the vf-writer container, which alone writes sriov_numvfs for "
+        "the VF profiles (the chart sets it); empty: the daemon writes it itself.",
+        "restart",
     ),
     _option(
         "scan_interval",
@@ -225,13 +232,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
     ),
 )
 OPTIONS_BY_FIELD: Final = {option.field: option for option in OPTIONS}
-ENGINE_FIELDS: Final[dict[str, tuple[rules.Rule, str]]] = {
-    "enabled": (rules.boolean, "boolean"),
-    "shares": (rules.shares, f"integer 1 to {MAX_SHARES}"),
-    "functions": (rules.choice(FUNCTIONS), ", ".join(f"`{f}`" for f in FUNCTIONS)),
-}
-# The one flag that is not a row: it rewrites engines.<name>.enabled for every engine at once.
-ENABLE_ENGINES_FLAG: Final = "--enable-engines"
 
 
 def restart_only() -> tuple[str, ...]:

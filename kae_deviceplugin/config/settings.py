@@ -85,6 +85,9 @@ class Settings:
     # directories under another prefix (the chart mounts the host's /dev at /host/dev).
     host_sysfs_root: Path | None = None
     host_dev_root: Path | None = None
+    # Where VF profile writes are handed to the vf-writer container (daemon/vf_requests.py);
+    # None: the daemon writes sriov_numvfs itself (a host process, a test).
+    vf_writer_dir: Path | None = None
     scan_interval: float = 1.0
     # Which front end manages the devices: one per node, never both (the kubelet would hand one
     # device out twice); auto chooses one at start (daemon/mode_choice.py).

@@ -18,6 +18,8 @@ def dra_plugin_dir(kubelet_root: Path) -> Path:
 
 
 HUAWEI_PCI_VENDOR = "0x19e5"
+# The most VFs a KAE PF has (its sriov_totalvfs on every Kunpeng 920; FACTS.md section 3).
+MAX_VFS = 63
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,9 @@ NOTHING_HELD: Mapping[str, str] = MappingProxyType({})
 
 Functions = Literal["all", "pf", "vf", "prefer-vf"]
 FUNCTIONS: tuple[Functions, ...] = get_args(Functions)
+# The VFs each PF of an engine should have: a count, "max" (its sriov_totalvfs), or None: leave
+# the node's VFs as they are.
+VfProfile = int | Literal["max"] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +33,7 @@ class EngineSettings:
     enabled: bool = True
     shares: int = 1  # how many containers may hold one device at once
     functions: Functions = "all"
+    vfs: VfProfile = None  # the VF profile (daemon/vf_profiles.py); None leaves VFs alone
 
 
 @dataclass(frozen=True, slots=True)

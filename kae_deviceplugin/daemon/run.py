@@ -30,6 +30,8 @@ from kae_deviceplugin.daemon.preflight import (
 )
 from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats, RootTask
+from kae_deviceplugin.daemon.vf_profiles import VfWriter
+from kae_deviceplugin.daemon.vf_requests import vf_profiles_for
 from kae_deviceplugin.deviceplugin.frontend import DevicePluginFrontEnd
 from kae_deviceplugin.deviceplugin.registrars import choose_registrar
 from kae_deviceplugin.errors import KaeDevicePluginError
@@ -66,12 +68,13 @@ def build_daemon(
     counters: Counters | None = None,
     with_optional: bool = True,
     endpoint: http.EndpointTask | None = None,
+    vf_writer: VfWriter | None = None,
 ) -> DevicePluginDaemon:
     """Every part of a device-plugin daemon, built once and wired here.
 
     ``with_optional=False`` leaves out the optional root tasks (udev, heap trim, HTTP, NFD), for
     tests that run the daemon in-process and add the one they exercise as an ``extra_tasks``.
-    """
+    ``vf_writer`` writes a PF's ``sriov_numvfs`` (default: as the settings say)."""
     counters = counters or Counters()  # this daemon's own registry, not a global
     stopping = asyncio.Event()  # asyncio primitives bind to the loop that first uses them
     heartbeats = Heartbeats()
@@ -93,6 +96,7 @@ def build_daemon(
         container_files,
         tick=heartbeats.ticker("scan"),
         source=source,
+        profiles=vf_profiles_for(settings, vf_writer),
     )
     daemon = Daemon(
         scan,

@@ -18,8 +18,10 @@ from kae_deviceplugin.daemon.api_access import node_name
 from kae_deviceplugin.daemon.preflight import Label, flag_of
 from kae_deviceplugin.daemon.scanloop import scan_loop_for
 from kae_deviceplugin.daemon.supervisor import Daemon, Heartbeats
+from kae_deviceplugin.daemon.vf_requests import vf_profiles_for
 from kae_deviceplugin.dra.api import plugin_dir
 from kae_deviceplugin.dra.frontend import DraFrontEnd
+from kae_deviceplugin.dra.vf_claims import prepared_claims
 from kae_deviceplugin.errors import EXIT_ENVIRONMENT, CheckpointError, StartupError
 
 __all__ = ["build_dra_daemon", "node_name"]
@@ -61,5 +63,6 @@ def build_dra_daemon(
         container_files,
         tick=heartbeats.ticker("scan"),
         source=source,
+        profiles=vf_profiles_for(settings, claims=prepared_claims(settings.kubelet_root)),
     )
     return Daemon(scan, front, heartbeats, stopping)

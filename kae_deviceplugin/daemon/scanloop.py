@@ -18,6 +18,7 @@ from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.core.broadcast import LatestValue, wait_until_set
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.counters import Counters
+from kae_deviceplugin.daemon.vf_profiles import VfProfiles
 from kae_deviceplugin.discovery.incremental import IncrementalScanner
 from kae_deviceplugin.errors import ScanDeferred
 from kae_deviceplugin.observability.events import log_inventory_changes
@@ -65,6 +66,7 @@ class ScanLoop:
         # subscribes here instead of polling ``inventory``.
         self.inventories: LatestValue[Inventory] = LatestValue(self.inventory)
         self.rescan_now = asyncio.Event()
+        self.profiles: VfProfiles | None = None  # the VF profiles, where scan_loop_for adds them
         self._scan_deferred = False  # the last scan could not look (logged once)
         self._reload_requested = False
 
@@ -131,16 +133,32 @@ def scan_loop_for(
     *,
     tick: Callable[[], None],
     source: ConfigSource | None,
+    profiles: VfProfiles | None = None,
 ) -> ScanLoop:
     """The scan loop of a front end whose reconcile writes ``container_files`` (both modes):
-    a failed write of them is retried on every tick."""
-    return ScanLoop(
+    a failed write of them is retried on every tick. With ``profiles``, each reconcile goes
+    through the VF profiles first (they may take VFs out of service and change a PF's VFs, after
+    which the loop rescans at once), and a change that waits is planned again on the tick."""
+
+    def retry() -> bool:
+        return container_files.problem is not None or (profiles is not None and profiles.due())
+
+    loop = ScanLoop(
         settings,
         # Answers exactly what discovery's full scan would, re-reading only volatile signals.
         IncrementalScanner(settings.sysfs_root, settings.dev_root),
         counters,
         reconcile=reconcile,
-        retry_pending=lambda: container_files.problem is not None,
+        retry_pending=retry,
         tick=tick,
         config_source=source,
     )
+    if profiles is not None:
+
+        async def through_profiles(inventory: Inventory, settings: Settings) -> None:
+            if await profiles.reconcile(inventory, settings, reconcile):
+                loop.rescan_now.set()  # the new VFs: a full rescan (the run loop invalidates)
+
+        loop.reconcile = through_profiles
+        loop.profiles = profiles
+    return loop

@@ -17,6 +17,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.engines import DRA_DRIVER
 from kae_deviceplugin.core.model import Inventory, QueueBook
+from kae_deviceplugin.core.vf_plan import VfChange
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.daemon.roots import signal_handlers, supervise
@@ -130,6 +131,12 @@ class Daemon(Generic[F]):
     def api_requests(self) -> Mapping[str, int] | None:
         """API server requests sent, by verb (DRA); None where there is no API client."""
         return self.front.api_requests()
+
+    @property
+    def vf_changes(self) -> tuple[VfChange, ...]:
+        """The VF profiles' last plan, per PF (empty where no profile is set)."""
+        profiles = self.scan.profiles
+        return profiles.changes if profiles is not None else ()
 
     def ready(self) -> bool:
         return not self.not_ready()

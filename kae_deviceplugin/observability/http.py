@@ -21,6 +21,7 @@ from typing import Protocol
 from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.model import Inventory, QueueBook
+from kae_deviceplugin.core.vf_plan import VfChange
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.discovery.node_facts import read_node_facts
@@ -120,6 +121,8 @@ class Observed(Protocol):
     def not_ready(self) -> list[str]: ...
     def queue_book(self) -> QueueBook: ...
     def api_requests(self) -> Mapping[str, int] | None: ...
+    @property
+    def vf_changes(self) -> tuple[VfChange, ...]: ...
 
 
 def _probe(calls: LoopCalls, check: Callable[[], bool], ok: str, failed: str) -> Route:
@@ -168,6 +171,7 @@ def daemon_routes(
             daemon.queue_book(),
             daemon.expected_registrations,
             daemon.api_requests(),
+            vf_changes=daemon.vf_changes,
         )
 
     async def held() -> tuple[Allocations | None, str | None]:

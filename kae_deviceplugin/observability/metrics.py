@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from kae_deviceplugin.core.model import Inventory, QueueBook, UacceDevice
+from kae_deviceplugin.core.vf_plan import VfChange
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.discovery.node_facts import NodeFacts
@@ -28,6 +29,7 @@ from kae_deviceplugin.discovery.scan import read_available_instances
 from kae_deviceplugin.kubelet.podresources import Allocations
 from kae_deviceplugin.observability.node_metrics import node_fact_families
 from kae_deviceplugin.observability.queue_metrics import queue_families
+from kae_deviceplugin.observability.vf_metrics import vf_families
 from kae_deviceplugin.prometheus_lite import (
     CollectorRegistry,
     CounterMetricFamily,
@@ -56,6 +58,7 @@ class Snapshot:
     expected: frozenset[str] | None = None
     api_requests: Mapping[str, int] | None = None  # DRA: requests sent, by verb
     node_facts: NodeFacts | None = None  # issue 37: read off the loop at scrape time
+    vf_changes: tuple[VfChange, ...] = ()  # the VF profiles' last plan (vf_metrics.py)
 
 
 def _ids(device: UacceDevice) -> list[str]:
@@ -203,6 +206,7 @@ def device_families(snapshot: Snapshot) -> list[Metric]:
         families.append(api_request_family(snapshot.api_requests))
     if snapshot.node_facts is not None:  # the node's KAE facts (issue 37): node_metrics.py
         families += node_fact_families(snapshot.node_facts, snapshot.inventory)
+    families += vf_families(snapshot.vf_changes)  # empty families where no profile is set
     return families
 
 

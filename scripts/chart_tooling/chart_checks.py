@@ -17,7 +17,7 @@ from typing import Any, Final
 from kae_deviceplugin.config import rules
 from kae_deviceplugin.config.file import ENGINE_FILE_RULES, file_rule
 from kae_deviceplugin.config.schema import OPTIONS, OPTIONS_BY_FIELD, Kind
-from kae_deviceplugin.core.engines import ENGINES
+from kae_deviceplugin.core.engines import ENGINES, MAX_VFS
 from kae_deviceplugin.core.ids import MAX_SHARES
 from kae_deviceplugin.core.views import FUNCTIONS
 from scripts.chart_tooling.chart_rules import (
@@ -82,6 +82,7 @@ def kind_check(kind: Kind, rule: rules.Rule, choices: tuple[str, ...] = ()) -> C
         "optional-path": f"^({absolute})?$",
         "count": r"^\s*\+?0*(" + numbers + r")\s*$",
         "engine-list": _engine_words(),
+        "vf-count": r"(?i)^\s*max\s*$",
     }
     check: Check = {"kind": kind, "pattern": patterns[kind], "why": why, "numeric": False}
     if kind in ("boolean", "count"):  # the file takes YAML's booleans and integers, not text
@@ -91,6 +92,9 @@ def kind_check(kind: Kind, rule: rules.Rule, choices: tuple[str, ...] = ()) -> C
         check |= {"numeric": True, "rangeWhy": rules.SCAN_INTERVAL_WHY} | bounds
     elif kind == "count":
         bounds = {"min": 1.0, "exclusiveMin": False, "max": float(MAX_SHARES)}
+        check |= {"numeric": True, "rangeWhy": why} | bounds
+    elif kind == "vf-count":
+        bounds = {"min": 0.0, "exclusiveMin": False, "max": float(MAX_VFS)}
         check |= {"numeric": True, "rangeWhy": why} | bounds
     elif kind == "engine-list":
         check["why"] = f"{why} ({', '.join(e.name for e in ENGINES)})"
@@ -113,6 +117,8 @@ def checks() -> dict[str, Check]:
         shares, functions = ENGINE_FILE_RULES["shares"], ENGINE_FILE_RULES["functions"]
         table[f"{prefix}.shares"] = kind_check("count", shares) | {"notRoot": ""}
         table[f"{prefix}.functions"] = kind_check("choice", functions, FUNCTIONS) | {"notRoot": ""}
+        vfs = ENGINE_FILE_RULES["vfs"]
+        table[f"{prefix}.vfs"] = kind_check("vf-count", vfs) | {"notRoot": ""}
     return table
 
 

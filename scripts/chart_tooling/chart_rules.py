@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from kae_deviceplugin.config.schema import OPTIONS, OPTIONS_BY_FIELD, Kind
-from kae_deviceplugin.core.engines import ENGINES
+from kae_deviceplugin.core.engines import ENGINES, MAX_VFS
 from kae_deviceplugin.core.ids import MAX_SHARES
 from kae_deviceplugin.core.views import FUNCTIONS
 
@@ -72,6 +72,7 @@ def kind_node(kind: Kind) -> Node:
         "optional-path": {"type": ["string", "null"]},
         "count": {"type": ["integer", "string"]},
         "engine-list": {"type": ["string", "array"], "items": {"type": "string"}},
+        "vf-count": {"type": ["integer", "string", "null"]},
     }
     return dict(types[kind])
 
@@ -97,6 +98,10 @@ def generated_nodes() -> dict[str, Node]:
         }
         nodes[f"{prefix}.functions"] = kind_node("choice") | {
             "description": "Which PCI functions to advertise. One of: " + ", ".join(FUNCTIONS) + "."
+        }
+        nodes[f"{prefix}.vfs"] = kind_node("vf-count") | {
+            "description": f"VFs each {engine.name} PF should have: 0 to {MAX_VFS}, max "
+            "(its sriov_totalvfs), or null to leave the node's VFs as they are."
         }
     return nodes
 

@@ -696,6 +696,7 @@ def test_plain_manifests_install_the_namespace_and_no_node_feature_rule() -> Non
 FREE_FORM = {
     "nodeSelector",
     "resources",
+    "vfWriter.resources",
     "affinity",
     "seLinuxOptions",
     "podAnnotations",

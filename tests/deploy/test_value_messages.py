@@ -27,6 +27,7 @@ BAD_TEXT = {
     "optional-path": ("relative/dir", "must be an absolute path"),
     "count": ("many", "must be a whole number from 1 to 64"),
     "engine-list": ("gpu", "must be a list of engine names"),
+    "vf-count": ("eight", "must be a whole number from 0 to 63, or max"),
 }
 PATTERN_SIGNS = ("pattern", "(?i)", "\\s", "^", "$")
 

@@ -36,6 +36,7 @@ REFUSED: dict[Kind, list[object]] = {
     "optional-path": ["relative/dir", "~/x", 5],
     "count": [0, 65, "0", "65", "-1", "x", True, 1.5, "4"],
     "engine-list": ["gpu", "zip,gpu", "zipsec", 5, True, ["zip", 5]],
+    "vf-count": [-1, 64, "8", "x", True, 1.5, "maxx", ""],
 }
 ACCEPTED: dict[Kind, list[object]] = {
     "duration": [5, "5", 0.5, "500ms", "1m30s", "1h", 3600, "+1s", " 2s "],
@@ -45,6 +46,7 @@ ACCEPTED: dict[Kind, list[object]] = {
     "optional-path": [None, "", "/usr/local/lib/engines-1.1"],
     "count": [1, 64, 8],
     "engine-list": ["zip", "ZIP, sec", ["zip", "hpre sec"], ""],
+    "vf-count": [8, 0, "max", 63, " MAX "],  # null (unset) writes no key: test_configs
 }
 
 
@@ -58,6 +60,8 @@ def _rule_and_kind(key: str) -> tuple[Rule, Kind, tuple[str, ...]]:
     rule = ENGINE_FILE_RULES[field]
     if field == "shares":
         return rule, "count", ()
+    if field == "vfs":
+        return rule, "vf-count", ()
     return rule, "choice", FUNCTIONS
 
 

@@ -19,6 +19,7 @@ import pytest
 from kae_deviceplugin.config.rules import parse_address
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.core.model import Inventory, QueueBook
+from kae_deviceplugin.core.vf_plan import VfChange
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.kubelet.podresources import AllocationsSource
@@ -72,6 +73,7 @@ class FakeDaemon:
         self.is_alive = True
         self.missing = ["openfuyao.com/kae.hpre not registered or not streaming"]
         self.counters = Counters()
+        self.vf_changes: tuple[VfChange, ...] = ()
 
     def alive(self) -> bool:
         return self.is_alive

@@ -171,6 +171,19 @@ runs). */}}
 {{- end }}
 
 {{/*
+"true" when some engine of this DaemonSet's configuration has a VF profile (config.engines.<name>.vfs
+not null): only then does the pod get the vf-writer container, the one part that writes sysfs.
+*/}}
+{{- define "kae.vfProfiles" -}}
+{{- range $name, $engine := .Values.config.engines }}
+{{- if and (kindIs "map" $engine) (not (kindIs "invalid" (get $engine "vfs"))) }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* The in-memory directory the daemon and the vf-writer share (requests and answers). */}}
+{{- define "kae.vfWriterDir" -}}/run/kae-vf{{- end }}
+
+{{/*
 The daemon's config file (format `version: v1`). The per-engine `enabled` flags come from the
 operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two cannot disagree.
 */}}
@@ -180,6 +193,11 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
       "hpre" (dict "enabled" .Values.operator.enabledHPRE "shares" $c.engines.hpre.shares "functions" $c.engines.hpre.functions)
       "sec" (dict "enabled" .Values.operator.enabledSEC "shares" $c.engines.sec.shares "functions" $c.engines.sec.functions)
       "zip" (dict "enabled" .Values.operator.enabledZIP "shares" $c.engines.zip.shares "functions" $c.engines.zip.functions) -}}
+{{- /* A VF profile is written only where one is set: null leaves the node's VFs as they are. */}}
+{{- range $name, $engine := $engines }}
+{{- $vfs := get (get $c.engines $name) "vfs" }}
+{{- if not (kindIs "invalid" $vfs) }}{{ $_ := set $engine "vfs" $vfs }}{{ end }}
+{{- end }}
 {{- $paths := dict
       "sysfsRoot" (include "kae.sysfsRoot" .)
       "devRoot" (include "kae.devRoot" .)
@@ -193,6 +211,9 @@ operator.enabled* switches; paths are the ones the DaemonSet mounts, so the two 
 {{- end }}
 {{- if include "kae.usesCdiDir" . }}
 {{- $_ := set $paths "cdiDir" .Values.cdi.specDir }}
+{{- end }}
+{{- if include "kae.vfProfiles" . }}
+{{- $_ := set $paths "vfWriterDir" (include "kae.vfWriterDir" .) }}
 {{- end }}
 {{- $dra := include "kae.isDra" . }}
 {{- $file := dict

@@ -77,6 +77,17 @@ template by kae.restartChecksum).
   "rangeWhy": "must be a whole number from 1 to 64",
   "why": "must be a whole number from 1 to 64, written without quotes (a YAML value, not text)"
  },
+ "config.engines.hpre.vfs": {
+  "exclusiveMin": false,
+  "kind": "vf-count",
+  "max": 63.0,
+  "min": 0.0,
+  "notRoot": "",
+  "numeric": true,
+  "pattern": "(?i)^\\s*max\\s*$",
+  "rangeWhy": "must be a whole number from 0 to 63, or max, written without quotes; null leaves the VFs as they are",
+  "why": "must be a whole number from 0 to 63, or max, written without quotes; null leaves the VFs as they are"
+ },
  "config.engines.sec.functions": {
   "kind": "choice",
   "notRoot": "",
@@ -96,6 +107,17 @@ template by kae.restartChecksum).
   "rangeWhy": "must be a whole number from 1 to 64",
   "why": "must be a whole number from 1 to 64, written without quotes (a YAML value, not text)"
  },
+ "config.engines.sec.vfs": {
+  "exclusiveMin": false,
+  "kind": "vf-count",
+  "max": 63.0,
+  "min": 0.0,
+  "notRoot": "",
+  "numeric": true,
+  "pattern": "(?i)^\\s*max\\s*$",
+  "rangeWhy": "must be a whole number from 0 to 63, or max, written without quotes; null leaves the VFs as they are",
+  "why": "must be a whole number from 0 to 63, or max, written without quotes; null leaves the VFs as they are"
+ },
  "config.engines.zip.functions": {
   "kind": "choice",
   "notRoot": "",
@@ -114,6 +136,17 @@ template by kae.restartChecksum).
   "pattern": "",
   "rangeWhy": "must be a whole number from 1 to 64",
   "why": "must be a whole number from 1 to 64, written without quotes (a YAML value, not text)"
+ },
+ "config.engines.zip.vfs": {
+  "exclusiveMin": false,
+  "kind": "vf-count",
+  "max": 63.0,
+  "min": 0.0,
+  "notRoot": "",
+  "numeric": true,
+  "pattern": "(?i)^\\s*max\\s*$",
+  "rangeWhy": "must be a whole number from 0 to 63, or max, written without quotes; null leaves the VFs as they are",
+  "why": "must be a whole number from 0 to 63, or max, written without quotes; null leaves the VFs as they are"
  },
  "config.env.opensslConf": {
   "kind": "boolean",
@@ -222,6 +255,7 @@ template by kae.restartChecksum).
  "paths.podResourcesSocket",
  "paths.stateDir",
  "paths.sysfsRoot",
+ "paths.vfWriterDir",
  "registration"
 ]
 {{- end }}
