@@ -33,9 +33,10 @@ from kae_deviceplugin.discovery.queues import QueueTotals
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.dra.api import DRIVER, plugin_dir
 from kae_deviceplugin.dra.checkpoint import CheckpointFile
+from kae_deviceplugin.dra.claim_specs import ClaimAnswer
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.frontend import device_options
-from kae_deviceplugin.dra.prepare import ClaimAnswer, ClaimPreparer
+from kae_deviceplugin.dra.prepare import ClaimPreparer
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.testing.cdi_container import Container, run_container, uacce_view
 from kae_deviceplugin.testing.dra_scheduler import SelectorError, Unsupported, allocate

@@ -15,8 +15,8 @@ from typing import Any, Protocol, cast
 import grpc
 
 from kae_deviceplugin.dra.api import dra_v1, dra_v1_grpc, dra_v1beta1, dra_v1beta1_grpc
+from kae_deviceplugin.dra.claim_specs import ClaimAnswer
 from kae_deviceplugin.dra.claims import ClaimRef
-from kae_deviceplugin.dra.prepare import ClaimAnswer
 from kae_deviceplugin.errors import KaeDevicePluginError, cause
 
 log = logging.getLogger(__name__)

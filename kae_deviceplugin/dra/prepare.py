@@ -41,58 +41,36 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from kae_deviceplugin.container.edits import ContainerOptions
-from kae_deviceplugin.core.model import Inventory, UacceDevice
+from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.dra import cdi_claims
-from kae_deviceplugin.dra.cdi_claims import ClaimDevice
 from kae_deviceplugin.dra.checkpoint import (
     Checkpoint,
     CheckpointFile,
     PreparedClaim,
     PreparedDevice,
 )
-from kae_deviceplugin.dra.claim_checks import check_shares, named_otherwise, other_name
+from kae_deviceplugin.dra.claim_checks import named_otherwise, other_name
+from kae_deviceplugin.dra.claim_specs import (
+    ClaimAnswer,
+    ClaimSpecs,
+    ContainerPolicy,
+    Reconciled,
+    ShareLimits,
+)
 from kae_deviceplugin.dra.claims import ClaimRef, allocated_devices
 from kae_deviceplugin.dra.file_lock import FileLock
 from kae_deviceplugin.dra.prepare_times import PrepareTimes
-from kae_deviceplugin.dra.slice_devices import device_name
 from kae_deviceplugin.errors import CheckpointError, ClaimRefused, RequestBudgetSpent, cause
 
 log = logging.getLogger(__name__)
 
 GetClaim = Callable[[str, str], Awaitable[Mapping[str, Any]]]
-ShareLimits = Callable[[], Mapping[str, int | str]]  # see claim_checks.check_shares
 CLAIM_READ_TIMEOUT = 30.0  # the kubelet gives the whole call 45 s
 LOCK_TIMEOUT = 10.0  # another instance holds checkpoint.lock for milliseconds, not seconds
 LOCK_NAME = "checkpoint.lock"
-
-
-class ContainerPolicy(Protocol):
-    """What prepare reads from the serving policy (the device plugin's ServingPolicy fits)."""
-
-    @property
-    def container(self) -> ContainerOptions: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimAnswer:
-    """One claim's answer: its devices with CDI IDs, or why it could not be prepared."""
-
-    devices: tuple[ClaimDevice, ...] = ()
-    error: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Reconciled:
-    """What the start-up reconcile did: orphan specs removed, specs written, what it could not."""
-
-    removed: tuple[str, ...] = ()
-    rewritten: tuple[str, ...] = ()  # missing or stale, now written
-    problems: tuple[str, ...] = ()
 
 
 class ClaimPreparer:
@@ -113,15 +91,12 @@ class ClaimPreparer:
         shares: ShareLimits = lambda: {},
     ) -> None:
         self.pool = pool
-        self.inventory = inventory
-        self.policy = policy
         self.get_claim = get_claim
         self.checkpoint = checkpoint
         self.cdi_dir = cdi_dir
         self.claim_timeout = claim_timeout
-        self.refusal = refusal  # why no claim can be served on this node now (CDI off), if so
         self.clock = clock  # wall time, for the tombstones' age (two instances share it)
-        self.shares = shares
+        self.specs = ClaimSpecs(inventory, policy, cdi_dir, refusal, shares)
         # What the checkpoint said when last read: for metrics and to skip API reads of claims
         # already prepared; every change reads the file again under the lock.
         self.state: Checkpoint = checkpoint.load()  # a damaged checkpoint refuses to start
@@ -204,7 +179,9 @@ class ClaimPreparer:
             try:
                 results = _results_now(self.state, claim, fetched)
                 new = claim.uid not in self.state.claims
-                answers[claim.uid] = self._write(claim, results, require_healthy=True, new=new)[0]
+                answers[claim.uid] = self.specs.write(
+                    claim, results, require_healthy=True, new=new
+                )[0]
             except (ClaimRefused, OSError, ValueError) as err:
                 answers[claim.uid] = ClaimAnswer(error=str(err))
                 continue
@@ -225,45 +202,6 @@ class ClaimPreparer:
             return allocated_devices(obj, claim, self.pool)
         except Exception as err:  # the API client's errors are many; each is this claim's
             return _refused(claim, err, self.claim_timeout)
-
-    def _write(
-        self,
-        claim: ClaimRef,
-        results: Sequence[PreparedDevice],
-        *,
-        require_healthy: bool,
-        new: bool = False,
-    ) -> tuple[ClaimAnswer, bool]:
-        """The claim's answer, its spec written first; and whether the spec file changed. A
-        ``new`` claim (read from the API server, not yet recorded) has its shares checked."""
-        if not results:  # nothing of ours in this claim: nothing for the runtime either
-            return ClaimAnswer(), False
-        if (refusal := self.refusal()) is not None:
-            raise ClaimRefused(f"claim {claim}: {refusal}")
-        options = self.policy().container
-        if options.view_problem is not None:
-            raise ClaimRefused(f"claim {claim}: {options.view_problem}")
-        devices = self._devices(claim, results, require_healthy=require_healthy)
-        if new:
-            check_shares(claim, results, self.shares())
-        spec, answer = cdi_claims.claim_spec(claim.uid, results, devices, options)
-        changed = cdi_claims.write_spec(self.cdi_dir, claim.uid, spec)
-        return ClaimAnswer(devices=answer), changed
-
-    def _devices(
-        self, claim: ClaimRef, results: Sequence[PreparedDevice], *, require_healthy: bool
-    ) -> dict[str, UacceDevice]:
-        by_name = {device_name(d): d for d in self.inventory()}
-        for result in results:
-            device = by_name.get(result.device)
-            if device is None:
-                raise ClaimRefused(f"claim {claim}: device {result.device} is not on this node")
-            if require_healthy and not device.healthy:
-                reasons = ", ".join(device.reasons)
-                raise ClaimRefused(
-                    f"claim {claim}: device {result.device} is Unhealthy ({reasons})"
-                )
-        return by_name
 
     def _save(self, state: Checkpoint) -> Checkpoint:
         """Write ``state`` (one generation on, tombstones pruned); what was written."""
@@ -318,23 +256,8 @@ class ClaimPreparer:
 
     async def reconcile(self) -> Reconciled:
         """At start: remove specs no claim holds, bring every checkpointed claim's spec back."""
-        async with self.locked():
-            return self._reconcile_locked()
-
-    def _reconcile_locked(self) -> Reconciled:
-        removed, rewritten, problems = [], [], []
-        for uid in sorted(cdi_claims.spec_uids(self.cdi_dir) - set(self.state.claims)):
-            cdi_claims.remove_spec(self.cdi_dir, uid)
-            removed.append(uid)
-        for uid, claim in sorted(self.state.claims.items()):
-            ref = ClaimRef(claim.namespace, claim.name, uid)
-            try:
-                # Health is not asked here: the holder of an unhealthy device keeps its spec.
-                if self._write(ref, claim.devices, require_healthy=False)[1]:
-                    rewritten.append(uid)
-            except (ClaimRefused, OSError, ValueError) as err:
-                problems.append(str(err))
-        return Reconciled(tuple(removed), tuple(rewritten), tuple(problems))
+        async with self.locked() as state:
+            return self.specs.reconcile(state)
 
 
 def _results_now(

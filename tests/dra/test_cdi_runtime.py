@@ -90,7 +90,7 @@ def test_with_cdi_off_every_claim_is_refused_with_the_fix(node: Node) -> None:
     nothing is written for it."""
     off = cdi_support("containerd://1.7.35", containerd_config=CDI_OFF_17)
     preparer = node.preparer()
-    preparer.refusal = lambda: off.reason
+    preparer.specs.refusal = lambda: off.reason
     claim = add_claim(node, "c1", Result("hpre", HPRE_0, POOL))
     answer = asyncio.run(preparer.prepare([claim]))[claim.uid]
     assert "enable_cdi = true" in answer.error and not answer.devices

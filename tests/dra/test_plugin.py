@@ -10,9 +10,9 @@ import pytest
 
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.dra.claim_specs import ClaimAnswer
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.plugin import Preparer
-from kae_deviceplugin.dra.prepare import ClaimAnswer
 from tests.dra.node import HPRE_0, KIND, POOL, SEC_0, Node, add_claim, build_node
 from tests.dra.serving import serving, socket_dir
 from tests.support.dra_claims import Result
@@ -85,7 +85,7 @@ def test_a_fault_of_ours_fails_each_claim_not_the_call(node: Node) -> None:
         raise RuntimeError("inventory unavailable")
 
     preparer = node.preparer()
-    preparer.inventory = broken
+    preparer.specs.inventory = broken
 
     async def scenario() -> None:
         async with (

@@ -12,8 +12,9 @@ import pytest
 
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.dra.checkpoint import Checkpoint, CheckpointFile
+from kae_deviceplugin.dra.claim_specs import ClaimAnswer
 from kae_deviceplugin.dra.claims import ClaimRef
-from kae_deviceplugin.dra.prepare import ClaimAnswer, ClaimPreparer
+from kae_deviceplugin.dra.prepare import ClaimPreparer
 from kae_deviceplugin.errors import CheckpointUnreadable
 from kae_deviceplugin.testing.sysfs_builder import set_attribute
 from tests.container.test_cdi import CDI_SCHEMA
