@@ -49,7 +49,7 @@ from kae_deviceplugin.dra.api import (
     PLUGIN_SERVICES,
     PLUGIN_TYPE,
     plugin_dir,
-    socket_names,
+    socket_paths,
 )
 from kae_deviceplugin.dra.checkpoint import Checkpoint, CheckpointFile, claimed_queues
 from kae_deviceplugin.dra.claim_status_writer import ClaimStatusWriter
@@ -63,11 +63,7 @@ from kae_deviceplugin.dra.slice_devices import DeviceOptions, device_name
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.dra.stale_claims import StaleClaimSweeper
 from kae_deviceplugin.errors import StartupError
-from kae_deviceplugin.kubelet.pluginwatcher import (
-    RegistrationServicer,
-    add_registration,
-    registry_dir,
-)
+from kae_deviceplugin.kubelet.pluginwatcher import RegistrationServicer, add_registration
 from kae_deviceplugin.kubelet.sockets import bind_privately, prepare_socket_dir, prepare_socket_path
 
 log = logging.getLogger(__name__)
@@ -109,9 +105,10 @@ class DraFrontEnd:
         self.views: Mapping[str, ResourceView] = {}
         self.registered: set[str] = set()
         self.plugin_dir = plugin_dir(settings.kubelet_root)
-        reg_name, service_name = socket_names(os.environ.get("POD_UID") or None)
-        self.registration_socket = registry_dir(settings.kubelet_root) / reg_name
-        self.service_socket = self.plugin_dir / service_name
+        # Names that fit a unix socket address below the root (a refusal naming it if none).
+        self.registration_socket, self.service_socket = socket_paths(
+            settings.kubelet_root, os.environ.get("POD_UID") or None
+        )
         self.queues = QueueTotals(settings.sysfs_root)
         self.queue_totals: Mapping[str, int] = {}  # of the last slices built, by PCI address
         self.cdi = CdiSupport(None, "not known yet")  # from the Node, once the API answers
