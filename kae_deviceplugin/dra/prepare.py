@@ -43,7 +43,7 @@ from kae_deviceplugin.dra.claims import ClaimRef, allocated_devices
 from kae_deviceplugin.dra.file_lock import FileLock
 from kae_deviceplugin.dra.prepare_times import PrepareTimes
 from kae_deviceplugin.dra.slice_devices import device_name
-from kae_deviceplugin.errors import ClaimRefused
+from kae_deviceplugin.errors import TEXT_LIMIT, ClaimRefused, clipped
 
 log = logging.getLogger(__name__)
 
@@ -132,14 +132,16 @@ class ClaimPreparer:
             # Checked under the lock: an unprepare counts itself before it waits for the lock.
             for uid, seen in unprepares.items():
                 if self._unprepares[uid] != seen:  # the kubelet unprepared it meanwhile
-                    fetched[uid] = ClaimRefused(f"claim {uid} was unprepared while being read")
+                    fetched[uid] = ClaimRefused(
+                        f"claim {clipped(uid)} was unprepared while being read"
+                    )
             times.fsyncs_start()
             answers, state, written = self._write_all(claims, fetched, current, times)
             committed = times.mark()
             answers = self._commit(state, answers, written)
             times.checkpoint = times.mark() - committed
             times.fsyncs_end()
-        log.info("%s", times.line(c.uid for c in claims))
+        log.info("%s", times.line(clipped(c.uid) for c in claims))
         return answers
 
     def _write_all(
@@ -180,8 +182,9 @@ class ClaimPreparer:
         except ValueError as err:
             return ClaimRefused(str(err))
         except Exception as err:  # the API client's errors are many; each is this claim's
-            log.warning("cannot read claim %s: %s", claim, err)
-            return ClaimRefused(f"cannot read claim {claim}: {err or type(err).__name__}")
+            cause = clipped(str(err) or type(err).__name__, TEXT_LIMIT)
+            log.warning("cannot read claim %s: %s", claim, cause)
+            return ClaimRefused(f"cannot read claim {claim}: {cause}")
 
     def _write(
         self, claim: ClaimRef, results: Sequence[PreparedDevice], *, require_healthy: bool

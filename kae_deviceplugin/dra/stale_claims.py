@@ -22,7 +22,7 @@ from typing import Any
 from kae_deviceplugin.dra.checkpoint import Checkpoint
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.prepare import ClaimPreparer, GetClaim
-from kae_deviceplugin.errors import ApiError
+from kae_deviceplugin.errors import ApiError, clipped
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,8 @@ class StaleClaimSweeper:
         for ref in stale:
             if ref.uid in collected:
                 log.warning("claim %s (%s) was prepared here but is gone from the API server: "
-                            "its record and CDI spec are removed", ref, ref.uid)  # fmt: skip
+                            "its record and CDI spec are removed",
+                            ref, clipped(ref.uid))  # fmt: skip
         reconciled = await self.preparer.reconcile()
         for problem in reconciled.problems:
             log.warning("sweep of prepared claims: %s", problem)
