@@ -98,14 +98,25 @@ def service_names(pod_uid: str | None) -> tuple[str, ...]:
     return (f"dra-{pod_uid}.sock", f"dra-{digest(pod_uid, size=8)}.sock")
 
 
-def socket_paths(kubelet_root: Path, pod_uid: str | None) -> tuple[Path, Path]:
+def socket_paths(
+    kubelet_root: Path, pod_uid: str | None, *, strict: bool = True
+) -> tuple[Path, Path]:
     """(registration socket, service socket): the first names that fit a unix socket address
-    below ``kubelet_root``; SocketPathTooLong, naming --kubelet-root, when none does."""
+    below ``kubelet_root``; SocketPathTooLong, naming --kubelet-root, when none does (the
+    shortest names, not fitting, with ``strict`` off)."""
     registration = first_fitting(
-        registry_dir(kubelet_root), registration_names(pod_uid), KUBELET_ROOT_FLAG, kubelet_root
+        registry_dir(kubelet_root),
+        registration_names(pod_uid),
+        KUBELET_ROOT_FLAG,
+        kubelet_root,
+        strict=strict,
     )
     service = first_fitting(
-        plugin_dir(kubelet_root), service_names(pod_uid), KUBELET_ROOT_FLAG, kubelet_root
+        plugin_dir(kubelet_root),
+        service_names(pod_uid),
+        KUBELET_ROOT_FLAG,
+        kubelet_root,
+        strict=strict,
     )
     return registration, service
 

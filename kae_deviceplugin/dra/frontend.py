@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import functools
 import logging
 import os
 from collections.abc import Coroutine, Mapping
@@ -107,6 +106,10 @@ class DraFrontEnd:
         self.registered: set[str] = set()
         self.plugin_dir = plugin_dir(settings.kubelet_root)
         self.pod_uid = os.environ.get("POD_UID") or None  # in the socket names: see socket_paths
+        # The names that fit below the root; where none does, prepare() refuses the start.
+        self.registration_socket, self.service_socket = socket_paths(
+            settings.kubelet_root, self.pod_uid, strict=False
+        )
         self.queues = QueueTotals(settings.sysfs_root)
         self.queue_totals: Mapping[str, int] = {}  # of the last slices built, by PCI address
         self.cdi = CdiSupport(None, "not known yet")  # from the Node, once the API answers
@@ -137,21 +140,6 @@ class DraFrontEnd:
         self.sweeper = StaleClaimSweeper(self.preparer, self._get_claim)
         self.status = ClaimStatusWriter(api, DRIVER, lambda: self.inventory, self._prepared)
         self._servers: list[grpc.aio.Server] = []
-
-    @functools.cached_property
-    def _socket_paths(self) -> tuple[Path, Path]:
-        """(registration, service): the first names that fit a unix socket address below the
-        kubelet root; SocketPathTooLong (one line, exit 3) where none does, which ``prepare``
-        raises before anything is made."""
-        return socket_paths(self.settings.kubelet_root, self.pod_uid)
-
-    @property
-    def registration_socket(self) -> Path:
-        return self._socket_paths[0]
-
-    @property
-    def service_socket(self) -> Path:
-        return self._socket_paths[1]
 
     def _prepared(self) -> Checkpoint:
         return self.preparer.state
@@ -208,9 +196,9 @@ class DraFrontEnd:
         """Create the plugin, registry and CDI directories, or refuse in one line (before any
         socket is up: a claim's spec that cannot be written would fail every prepare); a
         kubelet root too long for any socket name is refused first."""
-        registration, _ = self._socket_paths
+        socket_paths(self.settings.kubelet_root, self.pod_uid)  # SocketPathTooLong, exit 3
         prepare_socket_dir(self.plugin_dir, "plugins")
-        prepare_socket_dir(registration.parent, "plugins_registry")
+        prepare_socket_dir(self.registration_socket.parent, "plugins_registry")
         cdi_dir = self.settings.cdi_dir
         try:
             with safe_fs.open_root(cdi_dir):

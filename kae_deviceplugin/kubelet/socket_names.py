@@ -60,11 +60,15 @@ class SocketPathTooLong(StartupError):
         self.directory = directory
 
 
-def first_fitting(directory: Path, names: Sequence[str], setting: str, root: Path) -> Path:
+def first_fitting(
+    directory: Path, names: Sequence[str], setting: str, root: Path, *, strict: bool = True
+) -> Path:
     """``directory`` joined with the first of ``names`` that fits (they go from the preferred
     to the shortest); SocketPathTooLong, naming ``setting`` and its value ``root``, when none
-    does."""
+    does, or with ``strict`` off the last name (for what only describes the sockets)."""
     for name in names:
         if fits(directory, name):
             return directory / name
+    if not strict:
+        return directory / names[-1]
     raise SocketPathTooLong(directory, min(names, key=len), setting, root)
