@@ -48,7 +48,7 @@ from kae_deviceplugin.dra.api import (
     PLUGIN_SERVICES,
     PLUGIN_TYPE,
     plugin_dir,
-    socket_names,
+    socket_paths,
 )
 from kae_deviceplugin.dra.checkpoint import Checkpoint, CheckpointFile
 from kae_deviceplugin.dra.claim_status_writer import ClaimStatusWriter
@@ -61,11 +61,7 @@ from kae_deviceplugin.dra.publisher import TAINTS, SlicePublisher
 from kae_deviceplugin.dra.slice_devices import DeviceOptions, device_name, share_limit
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.dra.stale_claims import StaleClaimSweeper
-from kae_deviceplugin.kubelet.pluginwatcher import (
-    RegistrationServicer,
-    add_registration,
-    registry_dir,
-)
+from kae_deviceplugin.kubelet.pluginwatcher import RegistrationServicer, add_registration
 from kae_deviceplugin.kubelet.sockets import BoundSockets, prepare_socket_dir
 
 log = logging.getLogger(__name__)
@@ -115,9 +111,11 @@ class DraFrontEnd:
         self.views: Mapping[str, ResourceView] = {}
         self.registered: set[str] = set()
         self.plugin_dir = plugin_dir(settings.kubelet_root)
-        reg_name, service_name = socket_names(os.environ.get("POD_UID") or None)
-        self.registration_socket = registry_dir(settings.kubelet_root) / reg_name
-        self.service_socket = self.plugin_dir / service_name
+        self.pod_uid = os.environ.get("POD_UID") or None  # in the socket names: see socket_paths
+        # The names that fit below the root; where none does, prepare() refuses the start.
+        self.registration_socket, self.service_socket = socket_paths(
+            settings.kubelet_root, self.pod_uid, strict=False
+        )
         self.queues = QueueTotals(settings.sysfs_root)
         self.queue_totals: Mapping[str, int] = {}  # of the last slices built, by PCI address
         # The same rule over every inventory, on every instance (one standing by builds no
@@ -240,7 +238,9 @@ class DraFrontEnd:
 
     def prepare(self) -> None:
         """Create the plugin, registry and CDI directories, or refuse in one line (before any
-        socket is up: a claim's spec that cannot be written would fail every prepare)."""
+        socket is up: a claim's spec that cannot be written would fail every prepare); a
+        kubelet root too long for any socket name is refused first."""
+        socket_paths(self.settings.kubelet_root, self.pod_uid)  # SocketPathTooLong, exit 3
         prepare_socket_dir(self.plugin_dir, "plugins")
         prepare_socket_dir(self.registration_socket.parent, "plugins_registry")
         check_cdi_dir(self.settings.cdi_dir)

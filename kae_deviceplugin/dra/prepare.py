@@ -63,7 +63,14 @@ from kae_deviceplugin.dra.claim_specs import (
 from kae_deviceplugin.dra.claims import ClaimRef, allocated_devices
 from kae_deviceplugin.dra.file_lock import FileLock
 from kae_deviceplugin.dra.prepare_times import PrepareTimes
-from kae_deviceplugin.errors import CheckpointError, ClaimRefused, RequestBudgetSpent, cause
+from kae_deviceplugin.errors import (
+    TEXT_LIMIT,
+    CheckpointError,
+    ClaimRefused,
+    RequestBudgetSpent,
+    cause,
+    clipped,
+)
 
 log = logging.getLogger(__name__)
 
@@ -154,14 +161,16 @@ class ClaimPreparer:
             # Under the lock, on the file: an unprepare on either instance leaves a tombstone.
             for uid in fetched:
                 if current.overtaken(uid, seen.generation):  # the kubelet unprepared it meanwhile
-                    fetched[uid] = ClaimRefused(f"claim {uid} was unprepared while being read")
+                    fetched[uid] = ClaimRefused(
+                        f"claim {clipped(uid)} was unprepared while being read"
+                    )
             times.fsyncs_start()
             answers, state, written = self._write_all(claims, fetched, current, times)
             committed = times.mark()
             answers = self._commit(state, answers, written)
             times.checkpoint = times.mark() - committed
             times.fsyncs_end()
-        log.info("%s", times.line(c.uid for c in claims))
+        log.info("%s", times.line(clipped(c.uid) for c in claims))
         return answers
 
     def _write_all(
@@ -286,7 +295,7 @@ def _refused(claim: ClaimRef, err: Exception, timeout: float) -> ClaimRefused:
     if isinstance(err, TimeoutError):
         message = f"cannot read claim {claim}: the API server did not answer in {timeout:g} s"
     else:
-        message = f"cannot read claim {claim}: {cause(err)}"
+        message = f"cannot read claim {claim}: {clipped(cause(err), TEXT_LIMIT)}"
     if not isinstance(err, RequestBudgetSpent):  # that one is logged once per spell
         log.warning("%s", message)
     return ClaimRefused(message)
