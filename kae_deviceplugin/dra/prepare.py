@@ -17,9 +17,8 @@ nothing another instance can change is trusted from memory. A claim unprepared w
 prepare was reading it from the API server is not recorded by that prepare, whichever instance
 the unprepare reached: the prepare notes the checkpoint's generation before it reads, every
 unprepare leaves a tombstone in the checkpoint with the generation of its write, and a
-tombstone newer than what the prepare saw refuses it (``checkpoint_format``). So
-the kubelet's latest word wins, and no record or spec is left behind. The tombstones are pruned
-with every write, so they hold bounded memory and disk however many claims come and go.
+tombstone newer than what the prepare saw refuses it (``checkpoint_format``): the kubelet's
+latest word wins, no record or spec is left behind, and the pruned tombstones stay bounded.
 
 A share of a shared device (an allocation result consuming ``queues``, or with a share ID) is
 checked against what this node publishes (``shares``: by device name, the queue capacity of
