@@ -58,6 +58,18 @@ def show(value: object) -> str:
         return f"<{type(value).__name__} too long to show>"
 
 
+NAME_LIMIT = 200  # characters of a name (a claim's, a pod's, a UID) that a log line shows
+TEXT_LIMIT = 1000  # characters of a cause another party wrote (an API server's message)
+
+
+def clipped(text: str, limit: int = NAME_LIMIT) -> str:
+    """``text`` for a log line: whole when short, else its start, an ellipsis and its length,
+    so that a name sent to us (a kubelet's claim name, UID) cannot make a line of megabytes."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...({len(text)} characters)"
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigError:
     """One problem: where (``engines.hpre.shares`` or a flag name), the offending value, and why."""

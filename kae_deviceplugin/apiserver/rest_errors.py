@@ -15,7 +15,7 @@ from typing import Any
 
 from kae_deviceplugin.apiserver.credentials import CredentialError
 from kae_deviceplugin.apiserver.http1 import Head, ProtocolError
-from kae_deviceplugin.errors import UNREACHABLE, ApiError
+from kae_deviceplugin.errors import UNREACHABLE, ApiError, clipped
 
 
 class Refused(Exception):
@@ -65,7 +65,7 @@ def status_said(status: Mapping[str, Any], code: int) -> tuple[str, int, str]:
 def described(verb: str, plural: str, name: str | None, server: str) -> tuple[str, dict[str, Any]]:
     """The call as every error names it, "<verb> <plural>[/<name>] at <server>", and the
     ``ApiError`` fields that say what was asked."""
-    what = f"{verb} {plural}" + (f"/{name}" if name else "")
+    what = f"{verb} {plural}" + (f"/{clipped(name)}" if name else "")  # a name sent to us
     return (f"{what} at {server}" if server else what), {"verb": verb, "resource": plural}
 
 

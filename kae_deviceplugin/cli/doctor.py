@@ -38,6 +38,7 @@ from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.health import DEV_NODE_MISSING, REASON_FIXES
 from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.core.views import VfProfile
+from kae_deviceplugin.deviceplugin.servicer import is_our_socket
 
 if TYPE_CHECKING:
     from kae_deviceplugin.apiserver.seam import ApiServer
@@ -139,12 +140,14 @@ def check_kubelet(kubelet_root: Path) -> list[Row]:
         fix = "is the kubelet running, with the device-plugin feature and this root directory?"
         rows.append(Row("kubelet", Status.FAIL, f"no socket {plugins}/kubelet.sock", (fix,)))
     registry = kubelet_root / "plugins_registry"
-    ours = sorted(p.name for d in (plugins, registry) for p in d.glob("kae-*.sock"))
+    # kae-<engine>.sock, or kae<digest>.sock where the directory is too long for that
+    found = (p.name for d in (plugins, registry) for p in d.glob("kae*"))
+    ours = sorted(name for name in found if is_our_socket(name))
     if ours:
         rows.append(Row("plugin sockets", Status.OK, ", ".join(ours)))
     else:
         fix = "no daemon serves on this node: see the daemon check below and the DaemonSet"
-        rows.append(Row("plugin sockets", Status.WARN, "no kae-*.sock", (fix,)))
+        rows.append(Row("plugin sockets", Status.WARN, "no kae*.sock", (fix,)))
     watcher = "present (auto registration uses it)" if registry.is_dir() else "absent"
     rows.append(Row("plugin watcher", Status.OK, f"{registry} {watcher}"))
     pod_resources = kubelet_root / "pod-resources" / "kubelet.sock"

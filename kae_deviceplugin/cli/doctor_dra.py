@@ -19,11 +19,13 @@ from kae_deviceplugin.cli.checks import Row, Status
 from kae_deviceplugin.cli.doctor_cdi import check_runtime_cdi
 from kae_deviceplugin.cli.doctor_slices import Connect, check_slices
 from kae_deviceplugin.core.model import Inventory
+from kae_deviceplugin.deviceplugin.servicer import is_our_socket
 from kae_deviceplugin.dra.api import (
     DRIVER,
     PLUGIN_SERVICES,
     PLUGIN_TYPE,
     is_registration_socket,
+    may_be_registration_socket,
     plugin_dir,
 )
 from kae_deviceplugin.dra.cdi_claims import uid_of_spec_file
@@ -71,6 +73,13 @@ def _judge(info: PluginInfo) -> tuple[str, str] | None:
     return None
 
 
+def _answers_as_ours(socket: Path) -> bool:
+    try:
+        return query_info(socket, GET_INFO_TIMEOUT).name == DRIVER
+    except ConnectionError:
+        return False
+
+
 def _probe(socket: Path) -> Row:
     check = "dra registration"
     if not _is_socket(socket):
@@ -95,6 +104,10 @@ def check_registration(kubelet_root: Path) -> list[Row]:
     if not registry.is_dir():
         return [Row("dra registration", Status.FAIL, f"{registry} does not exist", (ROOT_FIX,))]
     sockets = sorted(p for p in registry.iterdir() if is_registration_socket(p.name))
+    # Upstream's shortest rolling names are any driver's: ours are those answering as ours.
+    sockets += sorted(
+        p for p in registry.iterdir() if may_be_registration_socket(p.name) and _answers_as_ours(p)
+    )
     if not sockets:
         detail = f"no registration socket of {DRIVER} in {registry}"
         fix = (
@@ -138,7 +151,8 @@ def check_one_mode(kubelet_root: Path, node: str | None = None) -> list[Row]:
         str(path)
         for directory in (kubelet_root / "device-plugins", registry_dir(kubelet_root))
         if directory.is_dir()
-        for path in directory.glob("kae-*.sock")
+        for path in directory.glob("kae*")
+        if is_our_socket(path.name)
     )
     if not found:
         return [Row("one mode per node", Status.OK, "no device-plugin socket of ours")]

@@ -34,22 +34,55 @@ def flag_of(field: str) -> str:
 
 
 def check_roots(settings: Settings, label: Label = flag_of) -> None:
-    """Refuse a sysfs or dev root that does not exist; warn when the uacce class is missing."""
+    """Refuse a sysfs or dev root that does not exist (exit 2) or that this process may not
+    read (exit 3); warn when the uacce class is missing."""
     for field, root in (("sysfs_root", settings.sysfs_root), ("dev_root", settings.dev_root)):
-        if not root.is_dir():
+        if not _is_dir(root, label(field)):
             why = "does not exist" if not root.exists() else "is not a directory"
             raise StartupError(
                 f"{label(field)} {root} {why}; on a node it is the default, for a fixture tree "
                 f"its {'sys' if field == 'sysfs_root' else 'dev'}/ directory",
                 code=EXIT_USAGE,
             )
-    if not (settings.sysfs_root / CLASS_DIR).is_dir():
+        _check_readable(root, label(field))
+    if not _is_dir(settings.sysfs_root / CLASS_DIR, label("sysfs_root")):
         log.warning(
             "%s does not exist: no KAE driver (hisi_hpre, hisi_sec2, hisi_zip) has registered a "
             "uacce device on this node; serving nothing until one appears "
             "(`kae-deviceplugin doctor` explains why)",
             settings.sysfs_root / CLASS_DIR,
         )
+
+
+def _check_readable(root: Path, setting: str) -> None:
+    """Refuse a root this process may not list (a non-root user, a mount of another owner):
+    discovery would see nothing there, or fail on every path below it."""
+    try:
+        with os.scandir(root):
+            pass
+    except OSError as err:
+        raise StartupError(
+            f"{setting} {root}: cannot list it ({_cause(err)}); run as root (the chart does), "
+            "or give a directory this user can read",
+            code=EXIT_ENVIRONMENT,
+        ) from None
+
+
+def _is_dir(path: Path, setting: str) -> bool:
+    """``path.is_dir()``, refusing in one line where looking is not allowed (a directory on
+    the way this user may not search) rather than raising PermissionError."""
+    try:
+        return path.is_dir()
+    except OSError as err:
+        raise StartupError(
+            f"{setting}: cannot look at {path} ({_cause(err)}); run as root (the chart does), "
+            "or give a directory this user can read",
+            code=EXIT_ENVIRONMENT,
+        ) from None
+
+
+def _cause(err: OSError) -> str:
+    return os.strerror(err.errno).lower() if err.errno else str(err)
 
 
 def check_kubelet_root(settings: Settings, label: Label = flag_of) -> None:

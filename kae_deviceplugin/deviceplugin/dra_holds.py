@@ -28,6 +28,7 @@ from pathlib import Path
 
 from kae_deviceplugin.core.engines import DRA_DRIVER, dra_plugin_dir
 from kae_deviceplugin.core.health import HELD_BY_DRA_CLAIM
+from kae_deviceplugin.errors import clipped
 from kae_deviceplugin.kubelet.podresources import ListResponse, claim_devices_from
 from kae_deviceplugin.kubelet.podresources_poll import (
     KUBELET_SETTLE,
@@ -102,7 +103,7 @@ class DraClaimHolds:
             log.warning(
                 "device %s is held by DRA %s: reported Unhealthy (%s) until that pod ends",
                 name,
-                claim,
+                clipped(claim),  # names as the kubelet reports them
                 HELD_BY_DRA_CLAIM,
             )
         for name in freed:

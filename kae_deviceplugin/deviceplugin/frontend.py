@@ -21,6 +21,7 @@ from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.container.runtime_cdi import config_paths, from_configs
 from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.core.broadcast import LatestValue
+from kae_deviceplugin.core.engines import ENGINES
 from kae_deviceplugin.core.model import Inventory, QueueBook
 from kae_deviceplugin.core.views import ResourceView, build_views
 from kae_deviceplugin.counters import Counters
@@ -112,8 +113,11 @@ class DevicePluginFrontEnd:
         return self._runtime_cdi[1]
 
     def prepare(self) -> None:
-        """Create the socket directory, or refuse in one line (StartupError)."""
+        """Create the socket directory, or refuse in one line (StartupError), as for a
+        directory too long for any socket name of ours."""
         prepare_socket_dir(self.registrar.socket_dir, self.registrar.socket_dir_role)
+        for engine in ENGINES:
+            self.registrar.socket_path(engine.resource)
 
     def describe(self) -> str:
         """Where the sockets are and how they get registered, for the start-up line."""

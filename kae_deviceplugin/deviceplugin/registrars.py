@@ -13,7 +13,7 @@ import grpc
 
 from kae_deviceplugin.api import KUBELET_SOCKET, VERSION, pb, pb_grpc, plugin_options
 from kae_deviceplugin.config.settings import Settings
-from kae_deviceplugin.deviceplugin.servicer import socket_name
+from kae_deviceplugin.deviceplugin.servicer import socket_path
 from kae_deviceplugin.errors import RegistrationFailed
 from kae_deviceplugin.kubelet.pluginwatcher import (
     DEVICE_PLUGIN_TYPE,
@@ -90,6 +90,8 @@ class Registrar(Protocol):
 
     socket_dir: Path  # where our DevicePlugin sockets live
     socket_dir_role: str  # the kubelet's name for that directory, for messages
+    # The setting that placed socket_dir, and its value: a refusal names them.
+    socket_dir_setting: tuple[str, Path]
     needs_kubelet_socket: bool  # readiness needs kubelet.sock to exist
     # What brings back a resource whose stream the kubelet ended: a new Register ("register"),
     # or, where the kubelet acts only on socket creation, a new socket ("restart").
@@ -98,6 +100,10 @@ class Registrar(Protocol):
     # walks plugins_registry at start), so that re-creating them would only make it deregister
     # what it has just registered.
     kubelet_finds_sockets_at_start: bool
+
+    def socket_path(self, resource: str) -> Path:
+        """Where ``resource``'s socket goes: the first of its names that fits a unix socket
+        address in ``socket_dir``; SocketPathTooLong (one line, exit 3) if none does."""
 
     def add_servicers(self, server: grpc.aio.Server, resource: str, on_registered: Done) -> None:
         """Add what the kubelet needs on our socket besides the DevicePlugin service."""
@@ -123,18 +129,24 @@ class KubeletSocketRegistrar:
     socket_dir_role = "device-plugins"
     kubelet_finds_sockets_at_start = False  # a restarting kubelet deletes them
 
-    def __init__(self, device_plugin_dir: Path) -> None:
+    def __init__(self, device_plugin_dir: Path, setting: tuple[str, Path] | None = None) -> None:
         self.socket_dir = device_plugin_dir
+        self.socket_dir_setting = setting or ("--device-plugin-dir", device_plugin_dir)
         self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def socket_path(self, resource: str) -> Path:
+        return socket_path(self.socket_dir, resource, *self.socket_dir_setting)
 
     def add_servicers(self, server: grpc.aio.Server, resource: str, on_registered: Done) -> None:
         """Nothing: the kubelet only needs the DevicePlugin service."""
 
     def register(self, resource: str, on_registered: Done) -> None:
         self.cancel(resource)
+        # The endpoint is a name: the kubelet joins its own device-plugin directory with it.
+        endpoint = self.socket_path(resource).name
         self._tasks[resource] = asyncio.create_task(
             register_until_done(
-                self.socket_dir, socket_name(resource), resource, lambda: on_registered(resource)
+                self.socket_dir, endpoint, resource, lambda: on_registered(resource)
             )
         )
 
@@ -165,9 +177,14 @@ class PluginWatcherRegistrar:
 
     def __init__(self, kubelet_root: Path) -> None:
         self.socket_dir = registry_dir(kubelet_root)
+        self.socket_dir_setting = ("--kubelet-root", kubelet_root)
+
+    def socket_path(self, resource: str) -> Path:
+        return socket_path(self.socket_dir, resource, *self.socket_dir_setting)
 
     def add_servicers(self, server: grpc.aio.Server, resource: str, on_registered: Done) -> None:
-        endpoint = str(self.socket_dir / socket_name(resource))
+        # The endpoint is the socket's full path: the kubelet dials it as it is.
+        endpoint = str(self.socket_path(resource))
         servicer = RegistrationServicer(
             DEVICE_PLUGIN_TYPE, resource, endpoint, [VERSION], lambda: on_registered(resource)
         )
@@ -198,4 +215,9 @@ def choose_registrar(settings: Settings) -> Registrar:
     """The registration mode, decided once at start from the settings and the kubelet's dirs."""
     if use_plugin_watcher(settings):
         return PluginWatcherRegistrar(settings.kubelet_root)
-    return KubeletSocketRegistrar(settings.effective_device_plugin_dir)
+    setting = (
+        ("--kubelet-root", settings.kubelet_root)
+        if settings.device_plugin_dir is None
+        else ("--device-plugin-dir", settings.device_plugin_dir)
+    )
+    return KubeletSocketRegistrar(settings.effective_device_plugin_dir, setting)

@@ -15,7 +15,7 @@ from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.core.broadcast import LatestValue
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
-from kae_deviceplugin.deviceplugin.servicer import DevicePluginServicer, socket_name
+from kae_deviceplugin.deviceplugin.servicer import DevicePluginServicer
 from kae_deviceplugin.errors import SocketVanished
 from kae_deviceplugin.kubelet.sockets import bind_privately, prepare_socket_path
 
@@ -28,7 +28,7 @@ class ResourceServer:
     def __init__(
         self,
         resource: str,
-        socket_dir: Path,
+        socket_path: Path,
         *,
         latest: LatestValue[ResourceView],
         policy: Callable[[], ServingPolicy],
@@ -37,7 +37,7 @@ class ResourceServer:
         extra_servicers: Callable[[grpc.aio.Server], None] | None = None,
     ) -> None:
         self.resource = resource
-        self.socket_path = socket_dir / socket_name(resource)
+        self.socket_path = socket_path
         self.servicer = DevicePluginServicer(resource, latest, policy, on_stream_lost, counters)
         self.extra_servicers = extra_servicers
         self._server: grpc.aio.Server | None = None

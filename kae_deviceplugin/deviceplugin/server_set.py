@@ -85,7 +85,7 @@ class ServerSet:
         for attempt in range(START_ATTEMPTS):
             server = ResourceServer(
                 resource,
-                self.registrar.socket_dir,
+                self.registrar.socket_path(resource),
                 latest=self.latest[resource],
                 policy=self.policy,
                 on_stream_lost=self.stream_lost,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import grpc
 
@@ -13,17 +14,36 @@ from kae_deviceplugin.container.edits import ContainerEdits, container_edits
 from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.core import placement
 from kae_deviceplugin.core.broadcast import LatestValue
-from kae_deviceplugin.core.engines import ENGINES_BY_RESOURCE
+from kae_deviceplugin.core.engines import ENGINES, ENGINES_BY_RESOURCE
 from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.errors import AllocationError
+from kae_deviceplugin.kubelet.socket_names import digest, first_fitting
 
 log = logging.getLogger(__name__)
 
 
+def socket_names(resource: str) -> tuple[str, str]:
+    """The socket's file names, preferred first: a self-explaining one (openfuyao.com/kae.hpre
+    -> kae-hpre.sock), then one of 12 bytes, as long as the kubelet's own ``kubelet.sock``
+    (``kae`` and a digest of the resource), for a directory where the first would not fit."""
+    return f"kae-{ENGINES_BY_RESOURCE[resource].name}.sock", f"kae{digest(resource, size=3)}.sock"
+
+
+def is_our_socket(name: str) -> bool:
+    """Whether a file name is one of the device plugin's sockets (any resource, any form)."""
+    return any(name in socket_names(engine.resource) for engine in ENGINES)
+
+
 def socket_name(resource: str) -> str:
-    """A stable, self-explaining socket file name: openfuyao.com/kae.hpre -> kae-hpre.sock."""
-    return f"kae-{ENGINES_BY_RESOURCE[resource].name}.sock"
+    """The preferred socket file name (``socket_names``)."""
+    return socket_names(resource)[0]
+
+
+def socket_path(directory: Path, resource: str, setting: str, root: Path) -> Path:
+    """Where ``resource``'s socket goes in ``directory``: the first name that fits a unix
+    socket address; SocketPathTooLong naming ``setting`` (valued ``root``) if none does."""
+    return first_fitting(directory, socket_names(resource), setting, root)
 
 
 def allocate_answer(edits: ContainerEdits) -> pb.ContainerAllocateResponse:

@@ -59,11 +59,11 @@ def parse_int(reading: Reading) -> int | None:
     """An integer attribute (decimal, or 0x-prefixed hex as PCI attributes are), else None."""
     if not isinstance(reading, str) or not reading:
         return None
-    if reading.isdigit():  # the usual case ("0", "12"): skip the hex check
-        return int(reading)
     try:
+        if reading.isdigit():  # the usual case ("0", "12"): skip the hex check
+            return int(reading)
         return int(reading, 0) if reading.lower().startswith(("0x", "-0x")) else int(reading, 10)
-    except ValueError:
+    except ValueError:  # not a number, or over Python's 4300 decimal digits: no reading
         return None
 
 

@@ -20,6 +20,8 @@ from kae_deviceplugin._generated.drahealth.v1 import api_pb2_grpc as health_v1_g
 from kae_deviceplugin._generated.drahealth.v1alpha1 import api_pb2 as health_v1alpha1
 from kae_deviceplugin._generated.drahealth.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
 from kae_deviceplugin.core.engines import DRA_DRIVER, dra_plugin_dir
+from kae_deviceplugin.kubelet.pluginwatcher import registry_dir
+from kae_deviceplugin.kubelet.socket_names import digest, first_fitting
 
 __all__ = [
     "DRIVER",
@@ -36,9 +38,13 @@ __all__ = [
     "health_v1alpha1",
     "health_v1alpha1_grpc",
     "is_registration_socket",
+    "may_be_registration_socket",
     "plugin_dir",
+    "registration_names",
     "service_name",
+    "service_names",
     "socket_names",
+    "socket_paths",
 ]
 
 # The driver name: spec.driver of our ResourceSlices, results[].driver of the claims we prepare,
@@ -55,18 +61,75 @@ def plugin_dir(kubelet_root: Path) -> Path:
 
 
 REGISTRATION_SUFFIX = "-reg.sock"
-_REGISTRATION = re.compile(rf"{re.escape(DRIVER)}(-[A-Za-z0-9-]+)?{re.escape(REGISTRATION_SUFFIX)}")
+# Ours by their start: the driver's name, alone or with the pod's UID or its digest.
+_REGISTRATION = re.compile(
+    rf"{re.escape(DRIVER)}(-[A-Za-z0-9_-]+)?{re.escape(REGISTRATION_SUFFIX)}"
+)
+# The shortest rolling-update name, as upstream's helper makes it for any driver: ours only if
+# it answers GetInfo with our driver's name.
+_HASHED_REGISTRATION = re.compile(rf"dra-[A-Za-z0-9_-]{{22}}{re.escape(REGISTRATION_SUFFIX)}")
+KUBELET_ROOT_FLAG = "--kubelet-root"
 
 
 def socket_names(pod_uid: str | None) -> tuple[str, str]:
-    """(registration socket, service socket) file names, per pod when its UID is known."""
-    suffix = f"-{pod_uid}" if pod_uid else ""
-    return f"{DRIVER}{suffix}{REGISTRATION_SUFFIX}", f"dra{suffix}.sock"
+    """(registration socket, service socket) file names, per pod when its UID is known: the
+    preferred ones, which ``socket_paths`` uses wherever they fit."""
+    registration, service = registration_names(pod_uid), service_names(pod_uid)
+    return registration[0], service[0]
+
+
+def registration_names(pod_uid: str | None) -> tuple[str, ...]:
+    """The registration socket's names, preferred first, as upstream's helper orders them
+    (kubernetes#139623): with the pod's UID, with a digest of it, then a digest of both."""
+    if not pod_uid:
+        return (f"{DRIVER}{REGISTRATION_SUFFIX}",)
+    return (
+        f"{DRIVER}-{pod_uid}{REGISTRATION_SUFFIX}",
+        f"{DRIVER}-{digest(pod_uid, size=8)}{REGISTRATION_SUFFIX}",
+        f"dra-{digest(DRIVER, pod_uid, size=16)}{REGISTRATION_SUFFIX}",
+    )
+
+
+def service_names(pod_uid: str | None) -> tuple[str, ...]:
+    """The service socket's names, preferred first (kubernetes#142003): with the pod's UID,
+    then with a digest of it."""
+    if not pod_uid:
+        return ("dra.sock",)
+    return (f"dra-{pod_uid}.sock", f"dra-{digest(pod_uid, size=8)}.sock")
+
+
+def socket_paths(
+    kubelet_root: Path, pod_uid: str | None, *, strict: bool = True
+) -> tuple[Path, Path]:
+    """(registration socket, service socket): the first names that fit a unix socket address
+    below ``kubelet_root``; SocketPathTooLong, naming --kubelet-root, when none does (the
+    shortest names, not fitting, with ``strict`` off)."""
+    registration = first_fitting(
+        registry_dir(kubelet_root),
+        registration_names(pod_uid),
+        KUBELET_ROOT_FLAG,
+        kubelet_root,
+        strict=strict,
+    )
+    service = first_fitting(
+        plugin_dir(kubelet_root),
+        service_names(pod_uid),
+        KUBELET_ROOT_FLAG,
+        kubelet_root,
+        strict=strict,
+    )
+    return registration, service
 
 
 def is_registration_socket(name: str) -> bool:
     """Whether a file name in plugins_registry is one of ours, with or without a pod UID."""
     return _REGISTRATION.fullmatch(name) is not None
+
+
+def may_be_registration_socket(name: str) -> bool:
+    """Whether a file name in plugins_registry has the form of upstream's shortest rolling
+    name, which any driver's may have: GetInfo tells whether it is ours."""
+    return _HASHED_REGISTRATION.fullmatch(name) is not None
 
 
 def full_service_name(module: object, service: str) -> str:

@@ -26,7 +26,7 @@ from kae_deviceplugin.core.model import Inventory
 from kae_deviceplugin.dra.checkpoint import Checkpoint
 from kae_deviceplugin.dra.claim_status import device_statuses, without_times
 from kae_deviceplugin.dra.slice_devices import device_name
-from kae_deviceplugin.errors import ApiError
+from kae_deviceplugin.errors import ApiError, clipped
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class ClaimStatusWriter:
                 return 0
             delay = self.backoff.failed(uid, now, transient=err.status == 0)
             log.warning("status of claim %s/%s not written: %s; again in %.1f s",
-                        claim.namespace, claim.name, err, delay)  # fmt: skip
+                        clipped(claim.namespace), clipped(claim.name), err, delay)  # fmt: skip
             return 0
         self.backoff.succeeded(uid)
         if entries:

@@ -19,7 +19,7 @@ from kae_deviceplugin.dra.api import DRIVER
 from kae_deviceplugin.dra.checkpoint import PreparedDevice
 from kae_deviceplugin.dra.quantity import parse_whole_quantity
 from kae_deviceplugin.dra.slice_devices import QUEUES
-from kae_deviceplugin.errors import ClaimRefused
+from kae_deviceplugin.errors import ClaimRefused, clipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,9 @@ class ClaimRef:
     uid: str
 
     def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        """namespace/name for logs and refusals, each clipped: the kubelet sends them as the
+        API had them, and nothing we did bounded their length."""
+        return f"{clipped(self.namespace)}/{clipped(self.name)}"
 
 
 def _field(obj: object, *path: str) -> Any:
@@ -56,7 +58,8 @@ def allocated_devices(
     uid = _field(claim, "metadata", "uid")
     if uid != ref.uid:
         raise ClaimRefused(
-            f"claim {ref} has UID {str(uid)[:64]}, not {ref.uid}: it was deleted and re-created"
+            f"claim {ref} has UID {str(uid)[:64]}, not {clipped(ref.uid)}: it was deleted and "
+            "re-created"
         )
     allocation = _field(claim, "status", "allocation")
     if not isinstance(allocation, Mapping):

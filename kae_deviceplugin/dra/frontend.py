@@ -16,14 +16,11 @@ retry, and say in ``not_ready`` what they wait for.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Coroutine, Mapping
 from types import MappingProxyType
 from typing import Any
-
-import grpc
 
 from kae_deviceplugin.apiserver.paced import PacedApi
 from kae_deviceplugin.apiserver.seam import RESOURCE_CLAIMS, ApiServer, JsonObject
@@ -39,34 +36,24 @@ from kae_deviceplugin.container.runtime_cdi import (
 from kae_deviceplugin.container.serving import ServingPolicy
 from kae_deviceplugin.container.sysfs_view import view_problem
 from kae_deviceplugin.core.broadcast import LatestValue
-from kae_deviceplugin.core.model import ClaimHold, Inventory, QueueBook
+from kae_deviceplugin.core.model import Inventory, QueueBook
 from kae_deviceplugin.core.views import ResourceView, build_views
-from kae_deviceplugin.discovery.queues import QueueTotals
 from kae_deviceplugin.dra.api import (
     DRIVER,
-    HEALTH_SERVICES,
-    PLUGIN_SERVICES,
-    PLUGIN_TYPE,
     plugin_dir,
-    socket_names,
 )
 from kae_deviceplugin.dra.checkpoint import Checkpoint, CheckpointFile
 from kae_deviceplugin.dra.claim_status_writer import ClaimStatusWriter
-from kae_deviceplugin.dra.health import add_health_servicers
 from kae_deviceplugin.dra.held_devices import DevicePluginHolds
-from kae_deviceplugin.dra.plugin import add_plugin_servicers
+from kae_deviceplugin.dra.kubelet_role import KubeletRole
 from kae_deviceplugin.dra.pool_publishing import PoolPublishing
+from kae_deviceplugin.dra.pool_queues import PoolQueues
 from kae_deviceplugin.dra.prepare import ClaimPreparer
 from kae_deviceplugin.dra.publisher import TAINTS, SlicePublisher
-from kae_deviceplugin.dra.slice_devices import DeviceOptions, device_name, share_limit
+from kae_deviceplugin.dra.slice_devices import DeviceOptions
 from kae_deviceplugin.dra.slices import NodeRef, build_slices
 from kae_deviceplugin.dra.stale_claims import StaleClaimSweeper
-from kae_deviceplugin.kubelet.pluginwatcher import (
-    RegistrationServicer,
-    add_registration,
-    registry_dir,
-)
-from kae_deviceplugin.kubelet.sockets import BoundSockets, prepare_socket_dir
+from kae_deviceplugin.kubelet.sockets import prepare_socket_dir
 
 log = logging.getLogger(__name__)
 
@@ -113,17 +100,14 @@ class DraFrontEnd:
         self.inventory = Inventory()
         self.inventories: LatestValue[Inventory] = LatestValue(self.inventory)
         self.views: Mapping[str, ResourceView] = {}
-        self.registered: set[str] = set()
         self.plugin_dir = plugin_dir(settings.kubelet_root)
-        reg_name, service_name = socket_names(os.environ.get("POD_UID") or None)
-        self.registration_socket = registry_dir(settings.kubelet_root) / reg_name
-        self.service_socket = self.plugin_dir / service_name
-        self.queues = QueueTotals(settings.sysfs_root)
-        self.queue_totals: Mapping[str, int] = {}  # of the last slices built, by PCI address
-        # The same rule over every inventory, on every instance (one standing by builds no
-        # slices): what prepare checks shares against.
-        self.share_queues = QueueTotals(settings.sysfs_root)
-        self.share_totals: Mapping[str, int] = {}
+        self.role = KubeletRole(settings.kubelet_root, os.environ.get("POD_UID") or None)
+        self.registered = self.role.registered
+        self.registration_socket, self.service_socket = (
+            self.role.registration_socket,
+            self.role.service_socket,
+        )
+        self.queues = PoolQueues(settings.sysfs_root)
         self._view_written = False  # the view was synced (and is to be looked at again)
         self.cdi = CdiSupport(None, "not known yet")  # from the Node, once the API answers
         chosen = settings.runtime_config  # else the runtimes' own paths, as the chart mounts them
@@ -137,26 +121,27 @@ class DraFrontEnd:
             node,
             lambda: self.inventories.publish(self.inventory),
         )
-        self.preparer = ClaimPreparer(
-            pool=node,
-            inventory=lambda: self.inventory,
-            policy=self.serving_policy,
-            get_claim=self.held.guard(self._get_claim),
-            checkpoint=CheckpointFile(self.plugin_dir),  # a damaged one refuses to start
-            cdi_dir=settings.cdi_dir,
-            refusal=lambda: self.cdi.reason if self.cdi.refused else None,
-            shares=self.share_limits,
-        )
+        self.preparer = self._new_preparer()  # a damaged checkpoint refuses to start
         self.sweeper = StaleClaimSweeper(self.preparer, self._get_claim)
         self.status = ClaimStatusWriter(
             self.claims_api,
             DRIVER,
             lambda: self.inventory,
             self._prepared,
-            totals=lambda: self.queue_totals,
+            totals=lambda: self.queues.published,
         )
-        self._servers: list[grpc.aio.Server] = []
-        self._sockets = BoundSockets()  # only these are removed at exit
+
+    def _new_preparer(self) -> ClaimPreparer:
+        return ClaimPreparer(
+            pool=self.node,
+            inventory=lambda: self.inventory,
+            policy=self.serving_policy,
+            get_claim=self.held.guard(self._get_claim),
+            checkpoint=CheckpointFile(self.plugin_dir),
+            cdi_dir=self.settings.cdi_dir,
+            refusal=lambda: self.cdi.reason if self.cdi.refused else None,
+            shares=self.share_limits,
+        )
 
     def _new_publisher(self, job: PoolPublishing) -> SlicePublisher:
         return SlicePublisher(self.api, DRIVER, self.node, self._slices)
@@ -199,40 +184,22 @@ class DraFrontEnd:
     ) -> list[JsonObject]:
         if self.cdi.refused:  # no claim could reach its container: offer none
             inventory = Inventory()
-        totals = self.queues.update(inventory)
-        if totals != self.queue_totals:  # the claims' status data names them
-            self.queue_totals = totals
+        if self.queues.publish(inventory):  # the claims' status data names the totals
             self.status.changed()
         plan = build_slices(
             inventory,
             NodeRef(self.node, self.publishing.node_uid),
             generation=generation,
-            queues=self.queue_totals,
+            queues=self.queues.published,
             options=device_options(self.settings, dropped, self.held.held),
         )
         return list(plan.slices)
 
     def share_limits(self) -> dict[str, int | str]:
-        """By device name: the queues each shared device publishes for shares, or why it is
-        not shared (the slices' own rule, over the totals of the last inventory)."""
-        shared, totals = self.settings.shared_engines, self.share_totals
-        return {
-            device_name(d): share_limit(d, totals.get(d.pci_address), shared)
-            for d in self.inventory
-        }
+        return self.queues.share_limits(self.inventory, self.settings.shared_engines)
 
     def queue_book(self) -> QueueBook:
-        """Each device's queue total and the claims prepared on it: a share's queues, or the
-        whole function (None) for a device no claim shares."""
-        by_name = {device_name(d): d.pci_address for d in self.inventory}
-        claims: dict[str, list[ClaimHold]] = {}
-        for claim in self.preparer.state.claims.values():
-            for result in claim.devices:
-                pci = by_name.get(result.device)
-                if result.pool == self.node and pci is not None:
-                    hold = ClaimHold(claim.namespace, claim.name, result.queues)
-                    claims.setdefault(pci, []).append(hold)
-        return QueueBook(self.queue_totals, {pci: tuple(h) for pci, h in claims.items()})
+        return self.queues.book(self.inventory, self.preparer.state, self.node)
 
     def api_requests(self) -> Mapping[str, int] | None:
         """Requests sent to the API server by verb, where the client counts them (PacedApi)."""
@@ -240,7 +207,9 @@ class DraFrontEnd:
 
     def prepare(self) -> None:
         """Create the plugin, registry and CDI directories, or refuse in one line (before any
-        socket is up: a claim's spec that cannot be written would fail every prepare)."""
+        socket is up: a claim's spec that cannot be written would fail every prepare); a
+        kubelet root too long for any socket name is refused first."""
+        self.role.check()  # SocketPathTooLong, exit 3
         prepare_socket_dir(self.plugin_dir, "plugins")
         prepare_socket_dir(self.registration_socket.parent, "plugins_registry")
         check_cdi_dir(self.settings.cdi_dir)
@@ -277,7 +246,7 @@ class DraFrontEnd:
     async def reconcile(self, inventory: Inventory, settings: Settings) -> None:
         """The node-wide view first (the claims' CDI specs mount it), then every subscriber."""
         self.inventory, self.settings = inventory, settings
-        self.share_totals = self.share_queues.update(inventory)
+        self.queues.seen(inventory)
         self._view_written = False  # no second look while the sync below writes it
         self.container_files.sync(settings, inventory, self.serving_policy().container)
         self._view_written = settings.container_sysfs_view
@@ -293,37 +262,9 @@ class DraFrontEnd:
         reconciled = await self.preparer.reconcile()
         for problem in reconciled.problems:
             log.warning("checkpoint reconcile: %s", problem)
-        service = grpc.aio.server()
-        add_plugin_servicers(service, self.preparer, answered=self.status.changed)
-        add_health_servicers(service, self.inventories, self.node)
-        registration = grpc.aio.server()
-        servicer = RegistrationServicer(
-            PLUGIN_TYPE,
-            DRIVER,
-            str(self.service_socket),
-            [*PLUGIN_SERVICES, *HEALTH_SERVICES],
-            lambda: self.registered.add(DRIVER),
-        )
-        add_registration(registration, servicer)
-        try:
-            # The service first: the kubelet dials it as soon as it sees the registration.
-            for server, path in (
-                (service, self.service_socket),
-                (registration, self.registration_socket),
-            ):
-                self._servers.append(server)
-                await self._sockets.bind(server, path)
-            log.info(
-                "serving %s; registration socket %s", self.service_socket, self.registration_socket
-            )
-            await asyncio.Future()  # until cancelled
-        finally:
-            await self.shutdown()
+        await self.role.serve(self.preparer, self.inventories, self.node, self.status.changed)
 
     async def shutdown(self) -> None:
         """Stop serving and remove the sockets this process bound; slices, specs and
         checkpoint stay."""
-        servers, self._servers = self._servers, []
-        await asyncio.gather(*(s.stop(STOP_GRACE) for s in servers))
-        self._sockets.remove_all()
-        self.registered.discard(DRIVER)
+        await self.role.shutdown()

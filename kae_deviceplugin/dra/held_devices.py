@@ -28,7 +28,7 @@ from kae_deviceplugin.core.engines import ENGINES_BY_RESOURCE
 from kae_deviceplugin.core.ids import pci_address_of, pool_device_name
 from kae_deviceplugin.dra.api import DRIVER
 from kae_deviceplugin.dra.slice_devices import HELD_TAINT_KEY
-from kae_deviceplugin.errors import ClaimRefused
+from kae_deviceplugin.errors import ClaimRefused, clipped
 from kae_deviceplugin.kubelet.podresources import ListResponse, allocations_from
 from kae_deviceplugin.kubelet.podresources_poll import (
     KUBELET_SETTLE,
@@ -131,7 +131,7 @@ class DevicePluginHolds:
                 "device %s is held by device-plugin pod %s: kept from DRA claims (taint %s, or "
                 "left out of the slice) until that pod ends",
                 name,
-                pod,
+                clipped(pod),  # namespace/name as the kubelet reports it
                 HELD_TAINT_KEY,
             )
         for name in freed:

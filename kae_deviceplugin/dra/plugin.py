@@ -17,7 +17,7 @@ import grpc
 from kae_deviceplugin.dra.api import dra_v1, dra_v1_grpc, dra_v1beta1, dra_v1beta1_grpc
 from kae_deviceplugin.dra.claim_specs import ClaimAnswer
 from kae_deviceplugin.dra.claims import ClaimRef
-from kae_deviceplugin.errors import KaeDevicePluginError, cause
+from kae_deviceplugin.errors import TEXT_LIMIT, KaeDevicePluginError, cause, clipped
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ async def _prepared(preparer: Preparer, refs: list[ClaimRef]) -> dict[str, Claim
     try:
         return await preparer.prepare(refs)
     except _NODE_FAILURES as err:
-        log.warning("NodePrepareResources failed: %s", cause(err))
+        log.warning("NodePrepareResources failed: %s", clipped(cause(err), TEXT_LIMIT))
         return {r.uid: ClaimAnswer(error=cause(err)) for r in refs}
     except Exception as err:
         log.exception("NodePrepareResources failed")
@@ -89,7 +89,7 @@ async def _unprepared(preparer: Preparer, refs: list[ClaimRef]) -> dict[str, str
     try:
         return await preparer.unprepare(refs)
     except _NODE_FAILURES as err:
-        log.warning("NodeUnprepareResources failed: %s", cause(err))
+        log.warning("NodeUnprepareResources failed: %s", clipped(cause(err), TEXT_LIMIT))
         return {r.uid: cause(err) for r in refs}
     except Exception as err:
         log.exception("NodeUnprepareResources failed")

@@ -17,9 +17,8 @@ nothing another instance can change is trusted from memory. A claim unprepared w
 prepare was reading it from the API server is not recorded by that prepare, whichever instance
 the unprepare reached: the prepare notes the checkpoint's generation before it reads, every
 unprepare leaves a tombstone in the checkpoint with the generation of its write, and a
-tombstone newer than what the prepare saw refuses it (``checkpoint_format``). So
-the kubelet's latest word wins, and no record or spec is left behind. The tombstones are pruned
-with every write, so they hold bounded memory and disk however many claims come and go.
+tombstone newer than what the prepare saw refuses it (``checkpoint_format``): the kubelet's
+latest word wins, no record or spec is left behind, and the pruned tombstones stay bounded.
 
 A share of a shared device (an allocation result consuming ``queues``, or with a share ID) is
 checked against what this node publishes (``shares``: by device name, the queue capacity of
@@ -63,7 +62,14 @@ from kae_deviceplugin.dra.claim_specs import (
 from kae_deviceplugin.dra.claims import ClaimRef, allocated_devices
 from kae_deviceplugin.dra.file_lock import FileLock
 from kae_deviceplugin.dra.prepare_times import PrepareTimes
-from kae_deviceplugin.errors import CheckpointError, ClaimRefused, RequestBudgetSpent, cause
+from kae_deviceplugin.errors import (
+    TEXT_LIMIT,
+    CheckpointError,
+    ClaimRefused,
+    RequestBudgetSpent,
+    cause,
+    clipped,
+)
 
 log = logging.getLogger(__name__)
 
@@ -154,14 +160,16 @@ class ClaimPreparer:
             # Under the lock, on the file: an unprepare on either instance leaves a tombstone.
             for uid in fetched:
                 if current.overtaken(uid, seen.generation):  # the kubelet unprepared it meanwhile
-                    fetched[uid] = ClaimRefused(f"claim {uid} was unprepared while being read")
+                    fetched[uid] = ClaimRefused(
+                        f"claim {clipped(uid)} was unprepared while being read"
+                    )
             times.fsyncs_start()
             answers, state, written = self._write_all(claims, fetched, current, times)
             committed = times.mark()
             answers = self._commit(state, answers, written)
             times.checkpoint = times.mark() - committed
             times.fsyncs_end()
-        log.info("%s", times.line(c.uid for c in claims))
+        log.info("%s", times.line(clipped(c.uid) for c in claims))
         return answers
 
     def _write_all(
@@ -286,7 +294,7 @@ def _refused(claim: ClaimRef, err: Exception, timeout: float) -> ClaimRefused:
     if isinstance(err, TimeoutError):
         message = f"cannot read claim {claim}: the API server did not answer in {timeout:g} s"
     else:
-        message = f"cannot read claim {claim}: {cause(err)}"
+        message = f"cannot read claim {claim}: {clipped(cause(err), TEXT_LIMIT)}"
     if not isinstance(err, RequestBudgetSpent):  # that one is logged once per spell
         log.warning("%s", message)
     return ClaimRefused(message)

@@ -40,7 +40,7 @@ from kae_deviceplugin.apiserver.seam import RESOURCE_CLAIMS
 from kae_deviceplugin.dra.checkpoint import Checkpoint, PreparedClaim
 from kae_deviceplugin.dra.claims import ClaimRef
 from kae_deviceplugin.dra.prepare import ClaimPreparer, GetClaim
-from kae_deviceplugin.errors import ApiError, CheckpointError
+from kae_deviceplugin.errors import ApiError, CheckpointError, clipped
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,8 @@ class StaleClaimSweeper:
         for ref in stale:
             if ref.uid in collected:
                 log.warning("claim %s (%s) was prepared here but is gone from the API server: "
-                            "its record and CDI spec are removed", ref, ref.uid)  # fmt: skip
+                            "its record and CDI spec are removed",
+                            ref, clipped(ref.uid))  # fmt: skip
         reconciled = await self.preparer.reconcile()
         for problem in reconciled.problems:
             log.warning("sweep of prepared claims: %s", problem)

@@ -244,11 +244,22 @@ class AllocationsSource:
         self.queries = 0
 
     async def fresh(self) -> AllocationsHolder:
-        if time.monotonic() - self._answered_at >= self.max_age:
-            if self._asking is None:
-                self._asking = asyncio.ensure_future(self._ask())
-            # Shielded: one caller giving up (its deadline) does not cancel the others' answer.
+        if time.monotonic() - self._answered_at < self.max_age:
+            return self.holder
+        if self._asking is not None:
+            # Shielded: a waiter giving up does not cancel the future the others wait on.
             await asyncio.shield(self._asking)
+            return self.holder
+        # The first caller asks in its own task, and the others wait for it. A task of its
+        # own for the ask would be made one loop turn before it starts: a loop stopped in
+        # between (a test's, under load) destroyed it never started ("Exception ignored in:
+        # coroutine AllocationsSource._ask"), and nothing that ends the caller's task ended it.
+        asking = self._asking = asyncio.get_running_loop().create_future()
+        try:
+            await self._ask()
+        finally:
+            self._asking = None
+            asking.set_result(None)
         return self.holder
 
     async def _ask(self) -> None:
@@ -266,4 +277,3 @@ class AllocationsSource:
             self._states.failed(PodResourcesUnavailable(type(err).__name__, holder.problem))
         finally:
             self._answered_at = time.monotonic()
-            self._asking = None

@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 
 from kae_deviceplugin.errors import EXIT_ENVIRONMENT, SocketInUse, StartupError, UnsafeSocketPath
+from kae_deviceplugin.kubelet.socket_names import fits
 
 
 def is_live(path: Path) -> bool:
@@ -128,18 +129,37 @@ async def bind_privately(server: grpc.aio.Server, socket_path: Path) -> os.stat_
     a dot, which the kubelet's plugin watcher ignores. Returns the socket's stat at its place.
     """
     private = private_directory(socket_path.parent)
-    bound = os.path.join(private, "s")
+    # A random name: gRPC unlinks the address it bound when it stops, by then a name in no
+    # directory (this one is gone, and a /proc/self/fd number may have been reused).
+    bound = os.path.join(private, f"s{os.urandom(4).hex()}")
+    directory_fd: int | None = None
     try:
-        server.add_insecure_port(f"unix://{bound}")
+        address = bound
+        if not fits(private, os.path.basename(bound)):
+            directory_fd, address = bind_address_through_fd(private, os.path.basename(bound))
+        # "unix:<path>", not "unix://<path>": gRPC's server takes 2 bytes less of the latter
+        # (105), a client and the kubelet dial 107.
+        server.add_insecure_port(f"unix:{address}")
         await server.start()
         os.chmod(bound, 0o600)
         os.rename(bound, socket_path)
         return os.stat(socket_path)
     finally:
+        if directory_fd is not None:
+            os.close(directory_fd)
         with contextlib.suppress(OSError):
             os.unlink(bound)
         with contextlib.suppress(OSError):
             os.rmdir(private)
+
+
+def bind_address_through_fd(directory: str, name: str) -> tuple[int, str]:
+    """(fd, address): a unix socket address for ``directory/name`` when that path is too long
+    for one (108 bytes): the same directory reached through ``/proc/self/fd/<fd>``, which the
+    kernel resolves, so the address is about 40 bytes whatever the directory's depth. The
+    caller closes ``fd`` once bound."""
+    fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    return fd, f"/proc/self/fd/{fd}/{name}"
 
 
 def prepare_socket_dir(directory: Path, what: str) -> None:

@@ -68,7 +68,7 @@ class KubeletEmulator(PluginCalls, StreamWatching):
         self._executor = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kubelet")
         server = grpc.server(self._executor)
         api_pb2_grpc.add_RegistrationServicer_to_server(_RegistrationService(self), server)
-        server.add_insecure_port(f"unix://{self.socket_path}")
+        server.add_insecure_port(f"unix:{self.socket_path}")
         server.start()
         with self._cond:
             self._server = server

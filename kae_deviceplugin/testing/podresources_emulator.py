@@ -147,7 +147,7 @@ class PodResourcesEmulator:
         self.socket_path.unlink(missing_ok=True)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         api_pb2_grpc.add_PodResourcesListerServicer_to_server(_Lister(self), server)
-        server.add_insecure_port(f"unix://{self.socket_path}")
+        server.add_insecure_port(f"unix:{self.socket_path}")
         server.start()
         self._server = server
 

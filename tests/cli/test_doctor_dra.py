@@ -9,7 +9,8 @@ import json
 import socket
 
 from kae_deviceplugin.cli.checks import Status
-from kae_deviceplugin.dra.api import DRIVER
+from kae_deviceplugin.deviceplugin.servicer import socket_names as device_plugin_names
+from kae_deviceplugin.dra.api import DRIVER, registration_names
 from kae_deviceplugin.dra.checkpoint import CheckpointFile
 from tests.cli.dra_node import (
     HPRE_0,
@@ -180,3 +181,31 @@ def test_a_claim_without_its_cdi_spec_fails_and_an_orphan_spec_warns() -> None:
         node.prepare(UID_B, "cipher", SEC_0)
         (row,) = by_check(node.check())["cdi specs"]
         assert row.status is Status.FAIL  # UID_A's spec is still missing; the orphan is held
+
+
+def test_the_shortest_rolling_name_counts_only_when_it_answers_as_our_driver() -> None:
+    """dra-<digest>-reg.sock, the name a pod takes under a long kubelet root, is upstream's
+    for any driver: doctor checks it when GetInfo names our driver, and passes over another
+    driver's socket of that form (no row for it: ours is then missing)."""
+    uid = "6f1c1d2e-9a4b-4c3d-8e2f-1a2b3c4d5e6f"
+    shortest = registration_names(uid)[2]
+    with dra_node() as node:
+
+        async def scenario() -> None:
+            async with registration(node, shortest):
+                (row,) = (await checked(node))["dra registration"]
+            assert row.status is Status.OK and row.detail.startswith(str(node.registry / shortest))
+            async with registration(node, shortest, driver="gpu.example.com"):
+                (row,) = (await checked(node))["dra registration"]
+            assert row.status is Status.FAIL and "no registration socket" in row.detail
+
+        asyncio.run(scenario())
+
+
+def test_a_device_plugin_socket_under_its_short_name_warns_one_mode_per_node() -> None:
+    """The device plugin's 12-byte name (a long kubelet root) is its socket too."""
+    with dra_node() as node:
+        registry_name = device_plugin_names("openfuyao.com/kae.hpre")[1]
+        (node.registry / registry_name).write_text("")
+        (row,) = by_check(node.check())["one mode per node"]
+        assert row.status is Status.WARN and registry_name in row.detail

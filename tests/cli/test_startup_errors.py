@@ -7,27 +7,62 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import stat
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from kae_deviceplugin.errors import StartupError
 from kae_deviceplugin.kubelet.sockets import prepare_socket_dir
+from kae_deviceplugin.testing.sysfs_builder import set_attribute
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.support.harness import short_tmpdir
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run ``kae-deviceplugin serve`` with the metrics endpoint and NFD file off."""
+def serve(
+    *args: str, timeout: float = 60, prefix: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Run ``kae-deviceplugin serve`` with the metrics endpoint and NFD file off (``prefix``:
+    a command that runs it, such as ``unprivileged()``)."""
     return subprocess.run(
-        [sys.executable, "-m", "kae_deviceplugin", "serve", "--metrics-address", "",
+        [*prefix, sys.executable, "-m", "kae_deviceplugin", "serve", "--metrics-address", "",
          "--nfd-features-file", "", "--registration", "kubelet-socket", *args],
         capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO,
     )  # fmt: skip
+
+
+def unprivileged() -> list[str]:
+    """A command prefix under which serve may not read a directory its user has no rights to:
+    nothing for a non-root user; for root, setpriv without the two capabilities that let root
+    read anything (it stays root otherwise, so it can still run the interpreter)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("root without setpriv: no way to run serve unable to read a directory")
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search"]
+
+
+@contextmanager
+def locked(directory: Path, mode: int) -> Iterator[None]:
+    """``directory`` with ``mode``, owned by nobody (65534) when we are root, restored after."""
+    before = directory.stat()
+    if os.geteuid() == 0:
+        os.chown(directory, 65534, 65534)
+    directory.chmod(mode)
+    try:
+        yield
+    finally:
+        directory.chmod(stat.S_IMODE(before.st_mode))
+        if os.geteuid() == 0:
+            os.chown(directory, before.st_uid, before.st_gid)
 
 
 def one_line(stderr: str) -> str:
@@ -156,3 +191,53 @@ def test_demo_with_an_unknown_tree_errs_on_stderr_with_exit_2() -> None:
     )  # fmt: skip
     assert done.returncode == 2 and done.stdout == ""
     assert "unknown tree 'nope'" in one_line(done.stderr)
+
+
+@pytest.mark.parametrize(("below", "mode"), [("", 0o700), ("class", 0o700)], ids=["root", "class"])
+def test_a_sysfs_root_this_user_cannot_read_is_one_line_with_exit_3(below: str, mode: int) -> None:
+    """serve as a user that may not list the sysfs root, or search the class directory below
+    it: one line naming --sysfs-root, the path and the cause (it was a PermissionError
+    traceback), exit 3 as for any environment problem."""
+    with short_tmpdir() as workdir:
+        TREES["kunpeng920-2p"].build(workdir / "node")
+        workdir.chmod(0o755)
+        sysfs = workdir / "node" / "sys"
+        with locked(sysfs / below if below else sysfs, mode):
+            done = serve(
+                "--sysfs-root", str(sysfs), "--dev-root", str(workdir / "node" / "dev"),
+                "--device-plugin-dir", str(workdir / "dp"), "--state-dir", str(workdir / "st"),
+                prefix=unprivileged(),
+            )  # fmt: skip
+        assert done.returncode == 3, done.stderr
+        line = one_line(done.stderr)
+        assert "--sysfs-root" in line and "permission denied" in line and "run as root" in line
+
+
+def test_an_attribute_of_5000_digits_makes_the_device_unhealthy_not_the_daemon_exit() -> None:
+    """The real serve reads available_instances holding a 5000-digit number (int() refuses
+    past 4300): the device is added unhealthy, naming why, and the daemon goes on."""
+    with short_tmpdir() as workdir:
+        TREES["kunpeng920-2p"].build(workdir / "node")
+        set_attribute(workdir / "node", "hisi_sec2-1", "available_instances", "9" * 5000)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kae_deviceplugin", "serve", "--metrics-address", "",
+             "--nfd-features-file", "", "--registration", "kubelet-socket",
+             "--sysfs-root", str(workdir / "node" / "sys"),
+             "--dev-root", str(workdir / "node" / "dev"),
+             "--device-plugin-dir", str(workdir / "dp"), "--state-dir", str(workdir / "st")],
+            stderr=subprocess.PIPE, text=True, cwd=REPO,
+        )  # fmt: skip
+        assert process.stderr is not None
+        seen: list[str] = []
+        try:
+            for line in process.stderr:
+                seen.append(line)
+                if "found zip:" in line or "Traceback" in line:
+                    break
+        finally:
+            process.terminate()
+            process.communicate(timeout=10)
+        text = "".join(seen)
+        assert "Traceback" not in text and "Exceeds the limit" not in text, text
+        assert "hisi_sec2-1 at 0000:b6:00.0 (Unhealthy: available-instances-unreadable" in text
+        assert process.returncode in (0, -15), text  # SIGTERM: handled, or before the handler

@@ -4,6 +4,7 @@ and DRA without a node name is a one-line refusal (exit 2) before anything start
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,15 @@ import pytest
 from kae_deviceplugin.cli.demo import demo_settings
 from kae_deviceplugin.daemon.run import build_for_mode
 from kae_deviceplugin.errors import StartupError
+from tests.support.harness import short_tmpdir
+
+
+@pytest.fixture
+def short_path() -> Iterator[Path]:
+    """A directory under /tmp short enough for the DRA sockets below it: pytest's tmp_path is
+    too long for them, and under so long a kubelet root serve refuses to start."""
+    with short_tmpdir() as path:
+        yield path
 
 
 def test_the_default_mode_builds_the_device_plugin_front_end(tmp_path: Path) -> None:
@@ -19,9 +29,10 @@ def test_the_default_mode_builds_the_device_plugin_front_end(tmp_path: Path) -> 
     assert build_for_mode(demo_settings(tmp_path)).front.name == "device-plugin"
 
 
-def test_dra_mode_builds_the_dra_front_end_for_the_named_node(tmp_path: Path) -> None:
+def test_dra_mode_builds_the_dra_front_end_for_the_named_node(short_path: Path) -> None:
     """mode dra with a node name and a kubeconfig: the DRA front end, sockets under the kubelet
     root's plugins/ and plugins_registry/."""
+    tmp_path = short_path
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
@@ -88,9 +99,10 @@ def test_a_file_where_the_plugin_directory_goes_is_one_line_and_exit_3(tmp_path:
     assert caught.value.exit_code == 3 and str(plugin) in str(caught.value)
 
 
-def test_a_file_as_the_cdi_directory_is_refused_before_any_socket(tmp_path: Path) -> None:
+def test_a_file_as_the_cdi_directory_is_refused_before_any_socket(short_path: Path) -> None:
     """--cdi-dir names a regular file: the front end's prepare (before any socket is bound)
     refuses with exit 3 naming the flag and the path."""
+    tmp_path = short_path
     cdi = tmp_path / "cdi-file"
     cdi.write_text("in the way")
     settings = dataclasses.replace(_dra_settings(tmp_path), cdi_dir=cdi)

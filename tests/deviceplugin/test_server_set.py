@@ -21,6 +21,7 @@ from kae_deviceplugin.core.views import ResourceView, build_views
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.deviceplugin import server_set as server_set_module
 from kae_deviceplugin.deviceplugin.server_set import ServerSet
+from kae_deviceplugin.deviceplugin.servicer import socket_path
 from kae_deviceplugin.discovery.scan import scan
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.support.harness import short_tmpdir
@@ -42,6 +43,10 @@ class RecordingRegistrar:
         self.registered: list[str] = []
         self.cancelled: list[str] = []
         self.servers: ServerSet | None = None
+        self.socket_dir_setting = ("--device-plugin-dir", socket_dir)
+
+    def socket_path(self, resource: str) -> Path:
+        return socket_path(self.socket_dir, resource, *self.socket_dir_setting)
 
     def add_servicers(
         self, server: grpc.aio.Server, resource: str, on: Callable[[str], None]

@@ -264,3 +264,29 @@ def test_fault_tree_has_a_driver_without_any_version() -> None:
     found = {d.name: d for d in scan_fixture("faults")}
     assert found["hisi_zip-4"].driver_version is None
     assert found["hisi_sec2-0"].driver_version == "2.0.2"
+
+
+HUGE = "9" * 5000  # past Python's 4300-digit limit on int(): int(HUGE) raises ValueError
+
+
+@pytest.mark.parametrize(
+    ("attr", "reasons"),
+    [
+        ("isolate", (health.ISOLATE_UNREADABLE,)),
+        ("dev_state", (health.DEV_STATE_UNREADABLE,)),
+        ("available_instances", (health.QUEUES_UNREADABLE,)),
+        ("node_id", ()),  # NUMA falls back to the PCI device's numa_node
+        ("flags", ()),
+    ],
+)
+def test_an_integer_of_5000_digits_is_an_unreadable_value_not_a_crash(
+    tmp_path: Path, attr: str, reasons: tuple[str, ...]
+) -> None:
+    """An attribute holding a number longer than Python converts (4300 digits) is read as a
+    value that is not a number: the reason it names where health depends on it, never the
+    ValueError that ended the daemon."""
+    root = built(tmp_path, "kunpeng920-2p")
+    set_attribute(root, "hisi_sec2-0", attr, HUGE)
+    device = {d.name: d for d in scan(root / "sys", root / "dev")}["hisi_sec2-0"]
+    assert device.reasons == reasons
+    assert device.health is (Health.UNHEALTHY if reasons else Health.HEALTHY)

@@ -98,7 +98,7 @@ def test_a_persistent_refusal_backs_off_whatever_wakes_the_loop() -> None:
     """Creates refused with 403 for 2 s while a new inventory is published and the watch
     fires every 10 ms: creates come at growing intervals (each gap at least 0.75 of its
     nominal 0.1, 0.2, 0.4, 0.8 s), about 5 in all, not hundreds; the pool is listed once; once
-    the refusal is lifted, the pool is published."""
+    the refusal is lifted, the pool is published; meanwhile ``problems`` names the refusal."""
     api = TimedApi()
     api.refuse["create"] = FORBIDDEN
     publisher = publisher_for(api)
@@ -115,7 +115,12 @@ def test_a_persistent_refusal_backs_off_whatever_wakes_the_loop() -> None:
                 inventories.publish(unhealthy(healthy, 0) if flip % 2 else healthy)
                 publisher.informer.changed.set()
                 await asyncio.sleep(0.01)
-            assert (publisher.problems() and "403" not in "".join(publisher.problems())) or True
+            # /readyz names the slice refused and the API's reason, and nothing else is wrong.
+            (problem,) = publisher.problems()
+            assert problem.startswith("ResourceSlice ") and problem.endswith(
+                " not written: resourceslices is forbidden"
+            ), problem
+            assert publisher.informer.problem is None
             del api.refuse["create"]
             await until(lambda: len(api.objects) == 1)
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +229,28 @@ def test_an_idle_daemon_never_asks_the_pod_resources_api() -> None:
             assert kubelet.calls == 0
             node.get("/allocations")
             assert kubelet.calls == 1
+
+
+def test_a_loop_stopped_right_after_a_scrape_began_leaves_no_ask_behind(tmp_path: Path) -> None:
+    """The loop stops in the very turn a scrape's task first ran (a test's endpoint loop was
+    stopped so, under load, as the README's test run hit): no pod-resources ask is left
+    pending, never started, to be destroyed with the loop ("Exception ignored in: coroutine
+    AllocationsSource._ask", RuntimeWarning: never awaited). The ask runs in the scrape's own
+    task, so it starts when it is made."""
+    source = podresources.AllocationsSource(tmp_path / "absent.sock", max_age=0.0)
+    loop = asyncio.new_event_loop()
+    destroyed: list[str] = []
+    try:
+        scrape = loop.create_task(source.fresh())
+        loop.call_soon(loop.stop)  # after the scrape's first step, in the same turn
+        loop.run_forever()
+        left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in left:  # what the loop's end would have destroyed, named and disposed of
+            coro = task.get_coro()
+            assert isinstance(coro, Coroutine)
+            destroyed.append(getattr(coro, "__qualname__", repr(coro)))
+            coro.close()
+        assert scrape.done() and scrape.result().problem is not None
+    finally:
+        loop.close()
+    assert destroyed == [] and source.queries == 1

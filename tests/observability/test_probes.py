@@ -94,13 +94,15 @@ def serving(daemon: FakeDaemon) -> Iterator[tuple[str, asyncio.AbstractEventLoop
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    endpoint = HttpEndpoint(
-        daemon_routes(daemon, AllocationsSource(ABSENT_SOCKET), LoopCalls(loop))
-    )
+    calls = LoopCalls(loop)
+    endpoint = HttpEndpoint(daemon_routes(daemon, AllocationsSource(ABSENT_SOCKET), calls))
     endpoint.start("127.0.0.1", 0)
     try:
         yield f"http://127.0.0.1:{endpoint.port}", loop
     finally:
+        # As EndpointTask does: the door closed, and what scrapes started (a timed-out one's
+        # task) ended, before the loop stops, so that the loop is closed with nothing pending.
+        asyncio.run_coroutine_threadsafe(calls.close(), loop).result(DEADLINE)
         endpoint.stop()
         loop.call_soon_threadsafe(loop.stop)
         thread.join(DEADLINE)

@@ -29,8 +29,7 @@ import grpc
 
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2 as reg_pb
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from kae_deviceplugin.dra.api import plugin_dir, socket_names
-from kae_deviceplugin.kubelet.pluginwatcher import registry_dir
+from kae_deviceplugin.dra.api import socket_paths
 from kae_deviceplugin.testing.sysfs_builder import DeviceSpec, build_tree
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.support.dra_kubelet import Claim, DRAKubelet, Prepared
@@ -52,6 +51,7 @@ class DraNode:
     """A node's directories: the sysfs and /dev tree under ``root``, the kubelet's root."""
 
     workdir: Path
+    kubelet_dir: str = "kubelet"  # the kubelet root's name in ``workdir``
 
     @property
     def root(self) -> Path:
@@ -59,7 +59,7 @@ class DraNode:
 
     @property
     def kubelet_root(self) -> Path:
-        return self.workdir / "kubelet"
+        return self.workdir / self.kubelet_dir
 
     @property
     def cdi_dir(self) -> Path:
@@ -72,11 +72,18 @@ class DraNode:
 
 @contextlib.contextmanager
 def dra_node(
-    tree: str = "kunpeng920-2p", *, devices: Sequence[DeviceSpec] | None = None
+    tree: str = "kunpeng920-2p",
+    *,
+    devices: Sequence[DeviceSpec] | None = None,
+    kubelet_root_length: int | None = None,
 ) -> Iterator[DraNode]:
-    """A node with the named fixture tree (or one of ``devices``) and an empty kubelet root."""
+    """A node with the named fixture tree (or one of ``devices``) and an empty kubelet root,
+    whose path is ``kubelet_root_length`` bytes long if given."""
     with short_tmpdir() as workdir:
-        node = DraNode(workdir)
+        name = "kubelet"
+        if kubelet_root_length is not None:
+            name = "k" * (kubelet_root_length - len(str(workdir)) - 1)
+        node = DraNode(workdir, name)
         if devices is None:
             TREES[tree].build(node.root)
         else:
@@ -113,11 +120,11 @@ class DraProcess:
 
     @property
     def registration_socket(self) -> Path:
-        return registry_dir(self.node.kubelet_root) / socket_names(self.pod_uid)[0]
+        return socket_paths(self.node.kubelet_root, self.pod_uid)[0]
 
     @property
     def service_socket(self) -> Path:
-        return plugin_dir(self.node.kubelet_root) / socket_names(self.pod_uid)[1]
+        return socket_paths(self.node.kubelet_root, self.pod_uid)[1]
 
     @property
     def alive(self) -> bool:
