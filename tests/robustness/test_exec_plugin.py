@@ -25,6 +25,7 @@ from kae_deviceplugin.apiserver.seam import NODES
 from kae_deviceplugin.errors import ApiError
 from tests.support.apiserver_wire import Request
 from tests.support.certificates import OPENSSL, make_certificates
+from tests.support.kubeconfigs import kubeconfig as one_context
 from tests.support.raw_http import RawServer, json_answer, serving
 
 DEADLINE = 30.0
@@ -58,14 +59,7 @@ def answer(status: dict[str, Any]) -> str:
 
 
 def kubeconfig(path: Path, server: str, user: dict[str, Any], **cluster: Any) -> Path:
-    config = {
-        "current-context": "c",
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-        "clusters": [{"name": "k", "cluster": {"server": server, **cluster}}],
-        "users": [{"name": "u", "user": user}],
-    }
-    path.write_text(json.dumps(config))
-    return path
+    return one_context(path, server, cluster, user)
 
 
 def exec_user(command: Path, **more: Any) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import ssl
 from collections.abc import AsyncIterator
@@ -22,22 +21,12 @@ from kae_deviceplugin.apiserver.seam import NODES
 from kae_deviceplugin.errors import ApiError, KubeconfigError
 from tests.support.apiserver_wire import Request
 from tests.support.certificates import OPENSSL, Certificates, make_certificates
+from tests.support.kubeconfigs import kubeconfig
 from tests.support.raw_http import json_answer, serving
 
 DEADLINE = 20.0
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
 needs_openssl = pytest.mark.skipif(OPENSSL is None, reason="needs the openssl command")
-
-
-def kubeconfig(path: Path, server: str, cluster: dict[str, Any], user: dict[str, Any]) -> Path:
-    config = {
-        "current-context": "c",
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-        "clusters": [{"name": "k", "cluster": {"server": server, **cluster}}],
-        "users": [{"name": "u", "user": user}],
-    }
-    path.write_text(json.dumps(config))
-    return path
 
 
 async def answer_node(request: Request, writer: Any) -> bool:

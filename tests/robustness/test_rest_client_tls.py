@@ -23,6 +23,7 @@ from kae_deviceplugin.apiserver.seam import NODES
 from kae_deviceplugin.errors import UNREACHABLE, ApiError, KubeconfigError
 from tests.support.apiserver_wire import Request
 from tests.support.certificates import OPENSSL, Certificates, make_certificates
+from tests.support.kubeconfigs import kubeconfig
 from tests.support.raw_http import json_answer, serving
 
 pytestmark = pytest.mark.skipif(OPENSSL is None, reason="needs the openssl command")
@@ -44,17 +45,6 @@ def server_context(certs: Certificates, client_certificate: bool = True) -> ssl.
 
 def data(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
-
-
-def kubeconfig(path: Path, server: str, cluster: dict[str, Any], user: dict[str, Any]) -> Path:
-    config = {
-        "current-context": "c",
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-        "clusters": [{"name": "k", "cluster": {"server": server, **cluster}}],
-        "users": [{"name": "u", "user": user}],
-    }
-    path.write_text(json.dumps(config))
-    return path
 
 
 async def respond(request: Request, writer: Any) -> bool:
