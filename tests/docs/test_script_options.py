@@ -45,6 +45,7 @@ def unknown_options(text: str) -> list[str]:
     return [
         f"{script} {option}"
         for script, options in sorted(invocations(text).items())
+        if options  # a script named without options (or a module it imports) is not run
         for option in sorted(options - script_options(script) - {"--help"})
     ]
 
