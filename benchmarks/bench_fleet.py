@@ -19,12 +19,11 @@ import builtins
 import contextlib
 import dataclasses
 import functools
+import json
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import msgspec
 
 from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_SLICES, ApiServer, JsonObject, Kind
 from kae_deviceplugin.core.broadcast import LatestValue
@@ -48,9 +47,14 @@ ADMIN_CONCURRENCY = 16  # node creates and deletes in flight: a burst, not a flo
 
 
 def size(obj: Any) -> int:
-    """Bytes of ``obj`` as JSON: exactly what lightkube sends (it encodes bodies with msgspec);
-    for answers, the API server's own compact JSON of the same object, give or take order."""
-    return len(msgspec.json.encode(obj))
+    """Bytes of ``obj`` as JSON: exactly what the driver's client sends (compact separators,
+    ``apiserver.rest_api``); for answers, the API server's own compact JSON of the same
+    object, give or take order."""
+    return len(_compact(obj))
+
+
+def _compact(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
 
 
 @dataclass
@@ -246,8 +250,8 @@ def renamed(slice_: JsonObject, driver: str) -> JsonObject:
     """The slice under ``driver``: its spec.driver, its name and its taint keys."""
     if driver == DRIVER:
         return slice_
-    text = msgspec.json.encode(slice_).replace(DRIVER.encode(), driver.encode())
-    decoded: JsonObject = msgspec.json.decode(text)
+    text = _compact(slice_).replace(DRIVER.encode(), driver.encode())
+    decoded: JsonObject = json.loads(text)
     return decoded
 
 

@@ -1,7 +1,7 @@
 """What a fleet costs the API server (issue 21 item 5): ``python benchmarks/fleet.py``.
 
 Runs the real SlicePublisher for N synthetic nodes of 18 devices each, all in this process and
-event loop, against the API server of ``$KUBECONFIG`` through the real lightkube seam, one client
+event loop, against the API server of ``$KUBECONFIG`` through the driver's own client, one client
 per node; prints API writes, reads and bytes at start, per change and at rest, slices per node,
 the CPU of the API server and etcd, and an extrapolation to 10,000 nodes. The synthetic nodes
 (``kae-fleet-NNNN``) and their slices are deleted at the end. ``--in-memory`` runs against the
