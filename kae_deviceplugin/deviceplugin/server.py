@@ -17,7 +17,12 @@ from kae_deviceplugin.core.views import ResourceView
 from kae_deviceplugin.counters import Counters
 from kae_deviceplugin.deviceplugin.servicer import DevicePluginServicer
 from kae_deviceplugin.errors import SocketVanished
-from kae_deviceplugin.kubelet.sockets import bind_privately, prepare_socket_path
+from kae_deviceplugin.kubelet.sockets import (
+    SocketIdentity,
+    bind_privately,
+    prepare_socket_path,
+    remove_own_socket,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +46,7 @@ class ResourceServer:
         self.servicer = DevicePluginServicer(resource, latest, policy, on_stream_lost, counters)
         self.extra_servicers = extra_servicers
         self._server: grpc.aio.Server | None = None
-        self._identity: tuple[int, int] | None = None
+        self._identity: SocketIdentity | None = None
 
     async def start(self) -> None:
         prepare_socket_path(self.socket_path)
@@ -75,6 +80,6 @@ class ResourceServer:
             return
         self.servicer.stopping = True
         await server.stop(grace)
-        if self.socket_intact():
-            self.socket_path.unlink(missing_ok=True)
+        if self._identity is not None:  # never a socket another process bound at our name
+            remove_own_socket(self.socket_path, self._identity)
         self._identity = None
