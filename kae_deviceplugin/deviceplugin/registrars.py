@@ -15,6 +15,7 @@ from kae_deviceplugin.api import KUBELET_SOCKET, VERSION, pb, pb_grpc, plugin_op
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.deviceplugin.servicer import socket_path
 from kae_deviceplugin.errors import RegistrationFailed
+from kae_deviceplugin.kubelet.dial import OWN_CONNECTION, unix_target
 from kae_deviceplugin.kubelet.pluginwatcher import (
     DEVICE_PLUGIN_TYPE,
     RegistrationServicer,
@@ -31,8 +32,8 @@ BACKOFF_CAP = 5.0
 
 async def register_once(device_plugin_dir: Path, endpoint: str, resource: str) -> None:
     """One Register call; raises grpc.aio.AioRpcError or RegistrationFailed."""
-    target = f"unix://{device_plugin_dir / KUBELET_SOCKET}"
-    async with grpc.aio.insecure_channel(target) as channel:
+    target = unix_target(device_plugin_dir / KUBELET_SOCKET)
+    async with grpc.aio.insecure_channel(target, options=[OWN_CONNECTION]) as channel:
         stub = pb_grpc.RegistrationStub(channel)
         request = pb.RegisterRequest(
             version=VERSION,

@@ -17,6 +17,7 @@ import grpc
 
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2 as reg_pb
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from kae_deviceplugin.kubelet.dial import OWN_CONNECTION, unix_target
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def query_info(socket: Path, timeout: float) -> PluginInfo:
 
     A blocking call (doctor's), so that it runs beside any event loop, a test's included.
     """
-    with grpc.insecure_channel(f"unix://{socket}") as channel:
+    with grpc.insecure_channel(unix_target(socket), options=[OWN_CONNECTION]) as channel:
         try:
             info = reg_grpc.RegistrationStub(channel).GetInfo(reg_pb.InfoRequest(), timeout=timeout)
         except grpc.RpcError as err:

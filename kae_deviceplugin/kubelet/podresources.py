@@ -24,6 +24,7 @@ import grpc
 
 from kae_deviceplugin._generated.podresources.v1 import api_pb2, api_pb2_grpc
 from kae_deviceplugin.core.engines import DRA_DRIVER, ENGINES_BY_RESOURCE
+from kae_deviceplugin.kubelet.dial import OWN_CONNECTION, unix_target
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +161,8 @@ class PodResourcesUnavailable(Exception):
 
 def open_channel(socket: Path) -> grpc.aio.Channel:
     """A channel to the pod-resources socket, for one List or for a poller to keep."""
-    options = [("grpc.max_receive_message_length", _MAX_MESSAGE)]
-    return grpc.aio.insecure_channel(f"unix://{socket}", options=options)
+    options = [("grpc.max_receive_message_length", _MAX_MESSAGE), OWN_CONNECTION]
+    return grpc.aio.insecure_channel(unix_target(socket), options=options)
 
 
 async def list_on(

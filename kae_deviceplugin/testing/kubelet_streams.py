@@ -31,7 +31,10 @@ def dial_back(
 ) -> tuple[Plugin, api_pb2.DevicePluginOptions] | str:
     """Connect to a registering plugin and ask its options, as the kubelet does before it
     answers Register; the refusal's reason when that fails."""
-    channel = grpc.insecure_channel(f"unix://{directory / endpoint}")
+    # Its own subchannels, as the kubelet dials each plugin afresh (see kubelet.dial, which
+    # this independent oracle does not import).
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    channel = grpc.insecure_channel(f"unix://{directory / endpoint}", options=own)
     stub = api_pb2_grpc.DevicePluginStub(channel)
     try:
         # wait_for_ready mirrors the kubelet's blocking dial: keep trying until the deadline.

@@ -30,6 +30,7 @@ from kae_deviceplugin._generated.drahealth.v1 import api_pb2 as health_v1
 from kae_deviceplugin._generated.drahealth.v1 import api_pb2_grpc as health_v1_grpc
 from kae_deviceplugin._generated.drahealth.v1alpha1 import api_pb2 as health_v1alpha1
 from kae_deviceplugin._generated.drahealth.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
+from kae_deviceplugin.kubelet.dial import OWN_CONNECTION, unix_target
 
 CALL_TIMEOUT = 45.0
 DEFAULT_HEALTH_TIMEOUT = 30.0
@@ -115,7 +116,9 @@ class DRAKubelet:
         self._channel: grpc.aio.Channel | None = None
 
     async def __aenter__(self) -> DRAKubelet:
-        self._channel = grpc.aio.insecure_channel(f"unix://{self.socket}")
+        self._channel = grpc.aio.insecure_channel(
+            unix_target(self.socket), options=[OWN_CONNECTION]
+        )
         return self
 
     async def __aexit__(

@@ -30,6 +30,7 @@ import grpc
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2 as reg_pb
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from kae_deviceplugin.dra.api import socket_paths
+from kae_deviceplugin.kubelet.dial import OWN_CONNECTION, unix_target
 from kae_deviceplugin.testing.sysfs_builder import DeviceSpec, build_tree
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.support.dra_kubelet import Claim, DRAKubelet, Prepared
@@ -150,7 +151,8 @@ class DraProcess:
         """What the kubelet's plugin watcher does with a new socket: GetInfo, then report that
         the registration succeeded. Waits for the socket first."""
         assert self.wait_registration_socket(timeout), self.describe()
-        with grpc.insecure_channel(f"unix://{self.registration_socket}") as channel:
+        target = unix_target(self.registration_socket)
+        with grpc.insecure_channel(target, options=[OWN_CONNECTION]) as channel:
             stub = reg_grpc.RegistrationStub(channel)
             info: reg_pb.PluginInfo = stub.GetInfo(reg_pb.InfoRequest(), timeout=timeout)
             status = reg_pb.RegistrationStatus(plugin_registered=True)

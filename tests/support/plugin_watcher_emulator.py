@@ -21,6 +21,7 @@ import grpc
 from kae_deviceplugin._generated.deviceplugin.v1beta1 import api_pb2
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2 as reg_pb
 from kae_deviceplugin._generated.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from kae_deviceplugin.kubelet.dial import OWN_CONNECTION, unix_target
 from kae_deviceplugin.testing.kubelet_emulator import KubeletEmulator
 
 SCAN_EVERY = 0.02  # the real watcher uses fsnotify; a short poll gives the same "on creation"
@@ -73,7 +74,7 @@ class PluginWatcherEmulator:
                     self._register(self.registry / name)
 
     def _register(self, socket_path: Path) -> None:
-        with grpc.insecure_channel(f"unix://{socket_path}") as channel:
+        with grpc.insecure_channel(unix_target(socket_path), options=[OWN_CONNECTION]) as channel:
             stub = reg_grpc.RegistrationStub(channel)
             try:
                 info = stub.GetInfo(reg_pb.InfoRequest(), timeout=CALL_TIMEOUT)
