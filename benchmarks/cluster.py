@@ -32,7 +32,7 @@ from kube_watch import KubeApi  # noqa: E402
 
 from tests.e2e.cluster import CLUSTER_SCRIPTS, EXPORTS, Cluster, parse_exports  # noqa: E402
 
-SECTIONS = ("pods", "restart", "helm", "dra")
+SECTIONS = ("pods", "restart", "helm", "dra", "go")
 
 
 @contextmanager
@@ -69,6 +69,13 @@ def dra_figures(cluster: Cluster, api: KubeApi, work: Path, samples: int) -> lis
         bench_dra.slices_published(cluster, api, work / "start", min(samples, 5)),
         bench_dra.health_to_slice(cluster, api, work / "health", min(samples, 5)),
     ]
+
+
+def go_figures(cluster: Cluster, api: KubeApi, work: Path, samples: int) -> list[Figure]:
+    """Ours against the Go peers (issue 41); imported here, as it builds Go only then."""
+    import bench_go_peers
+
+    return bench_go_peers.pod_start(cluster, api, work, samples)
 
 
 def dra_phases(fmt: str) -> Any:
@@ -161,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             ok &= section(
                 "dra", lambda: dra_figures(cluster, api, work / "dra", args.pods), figures
             )
+        if "go" in wanted:
+            ok &= section("go", lambda: go_figures(cluster, api, work / "go", args.pods), figures)
         if "helm" in wanted:
             ok &= section("helm", lambda: helm_figures(cluster, args.helm_repeats), figures)
     print(render(figures, info, args.format))
