@@ -9,7 +9,10 @@ the event loop with the answer. Each claim is written only when what it should s
 (a prepare, an unprepare, a device's health), through server-side apply as the driver's own
 field manager, so entries other drivers keep in the same claim are left alone. A claim whose
 write is refused waits out a backoff of its own, like a slice; a claim the API server no
-longer has (404) is forgotten.
+longer has (404, or 409 when one of its name was made again) is forgotten and not written again
+while it stays prepared: its UID can never come back, and each retry would take a request from
+the claims' lane that a prepare's claim read is waiting for (a pod force-deleted with its
+claim, the kubelet's unprepare still to come).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class ClaimStatusWriter:
         self.backoff = backoff or Backoff()
         self.written: dict[str, list[JsonObject]] = {}  # by claim UID: what the API holds
         self._names: dict[str, _Claim] = {}  # by claim UID, kept until its entries are gone
+        self._gone: set[str] = set()  # prepared claims the API server no longer has
         self.writes = 0
         self._wake = asyncio.Event()
 
@@ -72,7 +76,11 @@ class ClaimStatusWriter:
     def _wanted(self) -> dict[str, list[JsonObject]]:
         devices = {device_name(d): d for d in self.inventory()}
         now, wanted, totals = _now(), {}, self.totals()
-        for uid, claim in self.claims().claims.items():
+        prepared = self.claims().claims
+        self._gone &= prepared.keys()  # unprepared at last: nothing left to skip
+        for uid, claim in prepared.items():
+            if uid in self._gone:
+                continue
             self._names[uid] = _Claim(claim.namespace, claim.name)
             before = self.written.get(uid)
             wanted[uid] = device_statuses(self.driver, claim, devices, now, before, totals=totals)
@@ -107,8 +115,12 @@ class ClaimStatusWriter:
         try:
             await self.api.apply_status(RESOURCE_CLAIMS, body)
         except ApiError as err:
-            if err.status in (404, 409) and not entries:  # gone, or re-created: nothing of ours
+            if err.status in (404, 409):  # gone, or re-created: this UID is never back
                 self._forget(uid)
+                if entries:
+                    self._gone.add(uid)
+                    log.info("claim %s/%s is gone from the API: its status is not written",
+                             clipped(claim.namespace), clipped(claim.name))  # fmt: skip
                 return 0
             delay = self.backoff.failed(uid, now, transient=err.status == 0)
             log.warning("status of claim %s/%s not written: %s; again in %.1f s",

@@ -199,3 +199,31 @@ def test_the_data_names_the_grant_whole_or_shared_and_the_total(node: Node) -> N
     assert (shared["data"]["queues"], shared["data"]["queuesTotal"]) == (8, 256)
     [gone] = device_statuses(DRIVER, share, {}, now, totals=totals)
     assert gone["data"] == {"queues": 8}
+
+
+def test_a_claim_gone_while_prepared_is_not_written_again(node: Node) -> None:
+    """Deleted from the API while still prepared (its pod force-deleted, the kubelet's
+    unprepare to come): one write meets 404 and none follows, however often the writer looks
+    with no backoff left to wait, so no request of the claims' lane is spent on it; its
+    unprepare then writes nothing. The old writer retried it on every pass."""
+    api = FakeApiServer()
+    preparer, ref = _with_api(node, api)
+    backoff = Backoff(start=0.0, cap=0.0, rng=random.Random(1))  # any retry would come at once
+    writer = ClaimStatusWriter(
+        api, DRIVER, lambda: node.inventory, lambda: preparer.state, backoff=backoff
+    )
+
+    async def main() -> None:
+        await preparer.prepare([ref])
+        await api.delete(RESOURCE_CLAIMS, "c1", "team-a")
+        assert await writer.sync() == 0
+        assert api.calls["patch"] == 1
+        for _ in range(3):
+            assert await writer.sync() == 0
+        assert api.calls["patch"] == 1
+        await preparer.unprepare([ref])
+        assert await writer.sync() == 0
+        assert api.calls["patch"] == 1
+        assert writer.written == {}
+
+    asyncio.run(main())
