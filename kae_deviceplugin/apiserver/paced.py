@@ -5,12 +5,14 @@ sweep) each pace their own retries; this is the floor under all of them together
 never sends the API server more than ``RATE`` requests a second on average per lane, so no
 error path, foreseen or not, becomes a storm.
 
-Two lanes, each a bucket of its own over one client and one request count: the pool's
-(slices, their watch, the Node) and the claims' (the kubelet's claim reads, the claims' status,
-the stale-claim sweep). A burst of claims, which the kubelet sends whenever many pods start at
-once, so never delays a device's health reaching its slice. Neither lane goes into debt: a
-request that would wait past ``MAX_WAIT`` is refused at once with ``RequestBudgetSpent`` (the
-kubelet asks again), and one whose caller gave up while it waited gives its token back.
+Three lanes, each a bucket of its own over one client and one request count: the pool's
+(slices, their watch, the Node), the claims' (the kubelet's claim reads, the stale-claim sweep)
+and the claims' status (written after each call). A burst of claims, which the kubelet sends
+whenever many pods start at once, so never delays a device's health reaching its slice, and the
+status written after each prepare never delays the next prepare's claim read. No lane goes
+into debt: a request that would wait past ``MAX_WAIT`` is refused at once with
+``RequestBudgetSpent`` (the kubelet asks again), and one whose caller gave up while it waited
+gives its token back.
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ def build_dra_daemon(
     api = HintedApi(_client(settings, label))  # every refusal logged with its fix (RBAC, DRA)
     try:
         paced = PacedApi(api)
-        front = DraFrontEnd(settings, paced, node, container_files, paced.lane("claims"))
+        claims, status = paced.lane("claims"), paced.lane("claim status")
+        front = DraFrontEnd(settings, paced, node, container_files, claims, status_api=status)
     except CheckpointError as err:  # not to be trusted: one line, the exit code it carries
         raise StartupError(str(err), code=err.exit_code) from None
     except OSError as err:  # the plugin directory or its checkpoint: a file in the way, no access

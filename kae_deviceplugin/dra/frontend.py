@@ -79,8 +79,10 @@ def device_options(
 
 class DraFrontEnd:
     """Publishes the inventory as ResourceSlices and serves the kubelet's DRA calls. ``api``
-    serves the pool (slices, the Node), ``claims_api`` the claims (reads, status, the sweep):
-    a lane of its own, so a burst of claims never delays a health change reaching the slices."""
+    serves the pool (slices, the Node), ``claims_api`` the claims (reads, the sweep): a lane of
+    its own, so a burst of claims never delays a health change reaching the slices.
+    ``status_api`` writes the claims' status, which follows each call, off the kubelet's path:
+    a third lane, so those writes never delay a later prepare's claim read."""
 
     name = "dra"
 
@@ -91,6 +93,8 @@ class DraFrontEnd:
         node: str,
         container_files: ContainerFiles,
         claims_api: ApiServer | None = None,  # the claims' lane, if not ``api`` (``paced``)
+        *,
+        status_api: ApiServer | None = None,  # the claims' status lane, if not ``claims_api``
     ) -> None:
         self.settings = settings
         self.api = api
@@ -124,7 +128,7 @@ class DraFrontEnd:
         self.preparer = self._new_preparer()  # a damaged checkpoint refuses to start
         self.sweeper = StaleClaimSweeper(self.preparer, self._get_claim)
         self.status = ClaimStatusWriter(
-            self.claims_api,
+            self.claims_api if status_api is None else status_api,
             DRIVER,
             lambda: self.inventory,
             self._prepared,

@@ -9,13 +9,22 @@ cause. The server here answers no claim read until the test lets it, as one unde
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from kae_deviceplugin.apiserver.paced import PacedApi
 from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_CLAIMS, JsonObject, Kind
+from kae_deviceplugin.config.settings import Settings
+from kae_deviceplugin.container.node_files import ContainerFiles
 from kae_deviceplugin.core.backoff import TokenBucket
+from kae_deviceplugin.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
+from kae_deviceplugin.dra.frontend import DraFrontEnd
 from kae_deviceplugin.errors import RequestBudgetSpent
+from kae_deviceplugin.testing.sysfs_trees import TREES
+from tests.dra.inventories import tree_inventory
+from tests.dra.node import HPRE_0, POOL
+from tests.support.dra_claims import Result, claim_object
 from tests.support.fake_apiserver import FakeApiServer
 
 DEADLINE = 10.0
@@ -101,3 +110,34 @@ async def _refusals_then_a_read() -> None:
     server.objects[("resourceclaims", "team-a", "c1")] = {"metadata": {"name": "c1"}}
     async with asyncio.timeout(DEADLINE):
         await claims.get(RESOURCE_CLAIMS, "c1", "team-a")
+
+
+def test_the_claims_status_never_spends_a_claim_reads_token(tmp_path: Path) -> None:
+    """The DRA front end writes claims' status in a lane of its own: with one token in each
+    lane and no queueing, a status write leaves the claims' token for the next prepare's claim
+    read. Through one lane (as before), that read would be refused: on the real cluster, 50
+    pods at once meant 50 status writes between the reads, and each read waited 200 ms more."""
+    TREES["kunpeng920-2p"].build(tmp_path / "tree")
+    settings = Settings(
+        sysfs_root=tmp_path / "tree" / "sys",
+        kubelet_root=tmp_path / "kubelet",
+        cdi_dir=tmp_path / "cdi",
+    )
+    server = FakeApiServer()
+    paced = PacedApi(server)
+    claims, status = (
+        paced.lane(name, TokenBucket(rate=0.001, burst=1.0, max_wait=0.0))
+        for name in ("claims", "claim status")
+    )
+    front = DraFrontEnd(settings, paced, "worker-1", ContainerFiles(), claims, status_api=status)
+    front.inventory = tree_inventory(tmp_path / "tree")
+    claim = claim_object("team-a", "c1", [Result("hpre", HPRE_0, POOL)])
+    uid = asyncio.run(server.create(RESOURCE_CLAIMS, claim))["metadata"]["uid"]
+    held = PreparedDevice("hpre", POOL, HPRE_0)
+    front.preparer.state = Checkpoint({uid: PreparedClaim(uid, "team-a", "c1", (held,), "s")})
+
+    async def main() -> None:
+        assert await front.status.sync() == 1
+        assert (await front._get_claim("team-a", "c1"))["metadata"]["uid"] == uid
+
+    asyncio.run(main())
