@@ -140,11 +140,12 @@ def one_restart(
 
 @contextmanager
 def served_plugin(
-    cluster: Cluster, workdir: Path, registration: str
+    cluster: Cluster, workdir: Path, registration: str, tree: FixtureTree | None = None
 ) -> Iterator[tuple[Plugin, FixtureTree]]:
-    """A host-process plugin on a fresh copy of the 2-socket tree, ready and visible on the node."""
+    """A host-process plugin on ``tree`` (else a fresh copy of the 2-socket tree), ready and
+    visible on the node."""
     workdir.mkdir(parents=True, exist_ok=True)
-    tree = FixtureTree.copy(TREE, workdir)
+    tree = tree or FixtureTree.copy(TREE, workdir)
     plugin = make_plugin(cluster, tree, workdir, registration, extra=["--log-level", "info"])
     plugin.start()
     try:

@@ -52,10 +52,13 @@ def _delete_slices(cluster: Cluster) -> None:
 
 
 @contextmanager
-def served_dra(cluster: Cluster, workdir: Path) -> Iterator[tuple[Plugin, FixtureTree]]:
-    """The DRA daemon on a fresh tree, its pool published and the DeviceClasses applied."""
+def served_dra(
+    cluster: Cluster, workdir: Path, tree: FixtureTree | None = None
+) -> Iterator[tuple[Plugin, FixtureTree]]:
+    """The DRA daemon on ``tree`` (else a fresh copy of the 2-socket tree), its pool published
+    and the DeviceClasses applied."""
     workdir.mkdir(parents=True, exist_ok=True)
-    tree = FixtureTree.copy(TREE, workdir)
+    tree = tree or FixtureTree.copy(TREE, workdir)
     with running_dra_plugin(cluster, tree, workdir, ["--log-level", "info"]) as (plugin, _cdi):
         yield plugin, tree
 

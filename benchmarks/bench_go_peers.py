@@ -12,10 +12,10 @@ starts only once the last one and its claim are gone.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from bench_dra import served_dra
 from go_peers import build, devices
 from kube_watch import KubeApi, Watch
 
-from tests.e2e.cluster import Cluster, FixtureTree, wait_until
+from tests.e2e.cluster import Cluster, FixtureTree, Plugin, wait_until
 from tests.e2e.dra import DRIVER, request, template
 
 TREE = "kunpeng920-2p"
@@ -34,6 +34,7 @@ GO_PREFIX = "openfuyao.com/kae-go."
 TEMPLATES = {"ours": "kae-bench-ours", "go": "kae-bench-go"}
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 CLAIMS = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
+MakeTree = Callable[[Path], FixtureTree]  # a tree built under the given directory
 KINDS = ("claim-ours", "claim-go", "limits-ours", "limits-go")
 TIMEOUT = 120.0
 
@@ -57,25 +58,24 @@ def _listing(cluster: Cluster, tree: FixtureTree, path: Path) -> Path:
 
 
 @contextmanager
-def _process(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("ab") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+def _process(args: list[str], log: Path) -> Iterator[Plugin]:
+    """A Go peer as the e2e tests run our daemon (``Plugin``: start, stop, its process)."""
+    peer = Plugin(args, log, metrics_port=0)
+    peer.start()
     try:
-        yield process
+        yield peer
     finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(20)
+        peer.stop()
 
 
 @contextmanager
-def go_dra(cluster: Cluster, binary: Path, work: Path) -> Iterator[None]:
-    """The Go DRA driver on a fresh tree, its pool published and its class applied."""
+def go_dra(
+    cluster: Cluster, binary: Path, work: Path, tree: FixtureTree | None = None
+) -> Iterator[tuple[Plugin, FixtureTree]]:
+    """The Go DRA driver on ``tree`` (else a fresh copy of the 2-socket tree), its pool
+    published and its class applied."""
     work.mkdir(parents=True, exist_ok=True)
-    tree = FixtureTree.copy(TREE, work)
+    tree = tree or FixtureTree.copy(TREE, work)
     cluster.apply(_go_class())
     args = [
         str(binary), "--driver", GO_DRIVER, "--node-name", cluster.node,
@@ -85,14 +85,14 @@ def go_dra(cluster: Cluster, binary: Path, work: Path) -> Iterator[None]:
         "--sysfs-root", str(tree.sys), "--dev-root", str(tree.dev),
     ]  # fmt: skip
     try:
-        with _process(args, work / "go-dra.log"):
+        with _process(args, work / "go-dra.log") as process:
             selector = f"--field-selector=spec.driver={GO_DRIVER}"
             wait_until(
                 "the Go driver's slices",
                 lambda: cluster.get("resourceslices", selector)["items"] or None,
                 60,
             )
-            yield
+            yield process, tree
     finally:
         cluster.kubectl("delete", "resourceslices", f"--field-selector=spec.driver={GO_DRIVER}",
                         check=False)  # fmt: skip
@@ -100,29 +100,33 @@ def go_dra(cluster: Cluster, binary: Path, work: Path) -> Iterator[None]:
 
 
 @contextmanager
-def go_plugin(cluster: Cluster, binary: Path, work: Path) -> Iterator[None]:
-    """The Go device plugin on a fresh tree, its HPREs allocatable on the node."""
+def go_plugin(
+    cluster: Cluster, binary: Path, work: Path, tree: FixtureTree | None = None
+) -> Iterator[tuple[Plugin, FixtureTree]]:
+    """The Go device plugin on ``tree`` (else a fresh copy of the 2-socket tree), its HPREs
+    allocatable on the node."""
     work.mkdir(parents=True, exist_ok=True)
-    tree = FixtureTree.copy(TREE, work)
+    tree = tree or FixtureTree.copy(TREE, work)
+    hpres = str(tree.counts()["hpre"])
     args = [
         str(binary), "--device-plugin-dir", str(cluster.kubelet_root / "device-plugins"),
         "--resource-prefix", GO_PREFIX,
         "--devices", str(_listing(cluster, tree, work / "devices.json")),
         "--sysfs-root", str(tree.sys), "--dev-root", str(tree.dev),
     ]  # fmt: skip
-    with _process(args, work / "go-dp.log"):
+    with _process(args, work / "go-dp.log") as process:
         wait_until(
             "the Go plugin's HPREs allocatable",
             lambda: (
                 cluster.get("node", cluster.node)["status"]
                 .get("allocatable", {})
                 .get(GO_PREFIX + "hpre")
-                == "2"
+                == hpres
                 or None
             ),
             60,
         )
-        yield
+        yield process, tree
 
 
 def _manifest(cluster: Cluster, kind: str, name: str) -> dict[str, Any]:
@@ -162,16 +166,31 @@ def _start(cluster: Cluster, api: KubeApi, pods: Watch, kind: str, name: str) ->
     return started - posted
 
 
-def pod_start(cluster: Cluster, api: KubeApi, work: Path, samples: int) -> list[Figure]:
-    """Create-to-Running of each kind, ``samples`` pods each, rotated; two rows of ratios."""
+@dataclass
+class Four:
+    """The four drivers serving one node, each on its own copy of the tree."""
+
+    drivers: dict[str, Plugin]  # by kind: "dp-ours", "dp-go", "dra-ours", "dra-go"
+    trees: dict[str, FixtureTree]
+
+
+@contextmanager
+def four_drivers(cluster: Cluster, work: Path, make_tree: MakeTree | None = None) -> Iterator[Four]:
+    """Ours and the Go peers, both modes, serving at once, with each DRA driver's template;
+    ``make_tree`` gives each its tree (else the 2-socket fixture)."""
     binaries = build()
-    times: dict[str, list[float]] = {k: [] for k in KINDS}
-    selector = f"{PODS}?labelSelector=kae-bench%3Dpod-start"
+
+    def tree(name: str) -> FixtureTree | None:
+        return make_tree(work / name) if make_tree else None
+
     with ExitStack() as stack:
-        stack.enter_context(served_plugin(cluster, work / "dp", "plugin-watcher"))
-        stack.enter_context(go_plugin(cluster, binaries["deviceplugin"], work / "go-dp"))
-        stack.enter_context(served_dra(cluster, work / "dra"))
-        stack.enter_context(go_dra(cluster, binaries["dra"], work / "go-dra"))
+        served = {
+            "dp-ours": served_plugin(cluster, work / "dp", "plugin-watcher", tree("dp")),
+            "dp-go": go_plugin(cluster, binaries["deviceplugin"], work / "go-dp", tree("go-dp")),
+            "dra-ours": served_dra(cluster, work / "dra", tree("dra")),
+            "dra-go": go_dra(cluster, binaries["dra"], work / "go-dra", tree("go-dra")),
+        }
+        both = {kind: stack.enter_context(manager) for kind, manager in served.items()}
         cluster.apply(template(TEMPLATES["ours"], [request("hpre", "hpre")]))
         go_template = template(TEMPLATES["go"], [request("hpre", "hpre")])
         go_template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = (
@@ -179,14 +198,21 @@ def pod_start(cluster: Cluster, api: KubeApi, work: Path, samples: int) -> list[
         )
         cluster.apply(go_template)
         try:
-            with Watch(api, selector) as pods:
-                for i in range(samples):
-                    for kind in KINDS[i % 4 :] + KINDS[: i % 4]:
-                        name = f"bench-{kind}-{i}"
-                        times[kind].append(_start(cluster, api, pods, kind, name))
+            yield Four({k: v[0] for k, v in both.items()}, {k: v[1] for k, v in both.items()})
         finally:
             for name in TEMPLATES.values():
                 cluster.kubectl("delete", "resourceclaimtemplate", name, check=False)
+
+
+def pod_start(cluster: Cluster, api: KubeApi, work: Path, samples: int) -> list[Figure]:
+    """Create-to-Running of each kind, ``samples`` pods each, rotated; two rows of ratios."""
+    times: dict[str, list[float]] = {k: [] for k in KINDS}
+    selector = f"{PODS}?labelSelector=kae-bench%3Dpod-start"
+    with four_drivers(cluster, work), Watch(api, selector) as pods:
+        for i in range(samples):
+            for kind in KINDS[i % 4 :] + KINDS[: i % 4]:
+                name = f"bench-{kind}-{i}"
+                times[kind].append(_start(cluster, api, pods, kind, name))
     return [_figure(times, "claim", samples), _figure(times, "limits", samples)]
 
 

@@ -32,7 +32,7 @@ from kube_watch import KubeApi  # noqa: E402
 
 from tests.e2e.cluster import CLUSTER_SCRIPTS, EXPORTS, Cluster, parse_exports  # noqa: E402
 
-SECTIONS = ("pods", "restart", "helm", "dra", "go")
+SECTIONS = ("pods", "restart", "helm", "dra", "go", "go-burst", "go-events")
 
 
 @contextmanager
@@ -78,6 +78,20 @@ def go_figures(cluster: Cluster, api: KubeApi, work: Path, samples: int) -> list
     return bench_go_peers.pod_start(cluster, api, work, samples)
 
 
+def go_burst_figures(cluster: Cluster, api: KubeApi, work: Path, rounds: int) -> list[Figure]:
+    """1, 10 and 50 pods at once, ours against the Go peers (issue 41)."""
+    import bench_go_burst
+
+    return bench_go_burst.bursts(cluster, api, work, rounds)
+
+
+def go_event_figures(cluster: Cluster, api: KubeApi, work: Path, args: Any) -> list[Figure]:
+    """Health, restart and rest, ours against the Go peers (issue 41)."""
+    import bench_go_events
+
+    return bench_go_events.figures(cluster, api, work, args.events, args.window)
+
+
 def dra_phases(fmt: str) -> Any:
     """The DRA pod start phase by phase (dra_breakdown.py), if the DRA section ran: a table,
     or for ``json`` every pod's phases in seconds."""
@@ -115,6 +129,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--helm-repeats", type=int, default=3, metavar="N", help="helm installs and upgrades [3]"
     )
+    parser.add_argument(
+        "--rounds", type=int, default=3, metavar="N", help="bursts of each size and kind [3]"
+    )
+    parser.add_argument(
+        "--events", type=int, default=10, metavar="N", help="health flips each way per driver [10]"
+    )
+    parser.add_argument(
+        "--window", type=float, default=30.0, metavar="S", help="idle window at rest [30]"
+    )
     parser.add_argument("--smoke", action="store_true", help="one sample of everything: runs only")
     parser.add_argument("--only", metavar="S,S", help=f"sections of {', '.join(SECTIONS)}")
     parser.add_argument("--format", choices=["text", "markdown"], default="text")
@@ -123,13 +146,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--workdir", type=Path, metavar="DIR", help="keep trees and plugin logs here [a temp dir]"
     )
     args = parser.parse_args(argv)
-    for name in ("pods", "restarts", "helm_repeats"):
+    for name in ("pods", "restarts", "helm_repeats", "rounds", "events"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.only and set(args.only.split(",")) - set(SECTIONS):
         parser.error(f"unknown sections: {args.only} (of {', '.join(SECTIONS)})")
     if args.smoke:
         args.pods, args.restarts, args.helm_repeats, args.settle = 1, 1, 1, 3.0
+        args.rounds, args.events, args.window = 1, 1, 3.0
     return args
 
 
@@ -170,6 +194,18 @@ def main(argv: list[str] | None = None) -> int:
             )
         if "go" in wanted:
             ok &= section("go", lambda: go_figures(cluster, api, work / "go", args.pods), figures)
+        if "go-burst" in wanted:
+            ok &= section(
+                "go-burst",
+                lambda: go_burst_figures(cluster, api, work / "go-burst", args.rounds),
+                figures,
+            )
+        if "go-events" in wanted:
+            ok &= section(
+                "go-events",
+                lambda: go_event_figures(cluster, api, work / "go-events", args),
+                figures,
+            )
         if "helm" in wanted:
             ok &= section("helm", lambda: helm_figures(cluster, args.helm_repeats), figures)
     print(render(figures, info, args.format))
