@@ -13,7 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -140,13 +140,19 @@ def one_restart(
 
 @contextmanager
 def served_plugin(
-    cluster: Cluster, workdir: Path, registration: str, tree: FixtureTree | None = None
+    cluster: Cluster,
+    workdir: Path,
+    registration: str,
+    tree: FixtureTree | None = None,
+    extra: Sequence[str] = (),
 ) -> Iterator[tuple[Plugin, FixtureTree]]:
     """A host-process plugin on ``tree`` (else a fresh copy of the 2-socket tree), ready and
     visible on the node."""
     workdir.mkdir(parents=True, exist_ok=True)
     tree = tree or FixtureTree.copy(TREE, workdir)
-    plugin = make_plugin(cluster, tree, workdir, registration, extra=["--log-level", "info"])
+    plugin = make_plugin(
+        cluster, tree, workdir, registration, extra=["--log-level", "info", *extra]
+    )
     plugin.start()
     try:
         plugin.wait_ready()

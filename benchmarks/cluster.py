@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from tests.e2e.cluster import CLUSTER_SCRIPTS, EXPORTS, Cluster, parse_exports  
 DEFAULT_SECTIONS = ("pods", "restart", "helm", "dra")
 # Issue 41, ours against the Go peers: they build Go (about 13 min cold) and the burst needs a
 # node that takes 50 more pods (KAE_E2E_MAX_PODS=70), so they run only when asked (--go).
-GO_SECTIONS = ("go", "go-burst", "go-events")
+GO_SECTIONS = ("go", "go-view", "go-burst", "go-events")
 SECTIONS = DEFAULT_SECTIONS + GO_SECTIONS
 
 
@@ -75,11 +75,25 @@ def dra_figures(cluster: Cluster, api: KubeApi, work: Path, samples: int) -> lis
     ]
 
 
-def go_figures(cluster: Cluster, api: KubeApi, work: Path, samples: int) -> list[Figure]:
+def go_sections(
+    cluster: Cluster, api: KubeApi, work: Path, args: Any
+) -> dict[str, Callable[[], list[Figure]]]:
+    """The Go peer comparison's sections (issue 41), by name, each measuring when called."""
+    return {
+        "go": lambda: go_figures(cluster, api, work / "go", args.pods),
+        "go-view": lambda: go_figures(cluster, api, work / "go-view", args.pods, view=False),
+        "go-burst": lambda: go_burst_figures(cluster, api, work / "go-burst", args.rounds),
+        "go-events": lambda: go_event_figures(cluster, api, work / "go-events", args),
+    }
+
+
+def go_figures(
+    cluster: Cluster, api: KubeApi, work: Path, samples: int, view: bool = True
+) -> list[Figure]:
     """Ours against the Go peers (issue 41); imported here, as it builds Go only then."""
     import bench_go_peers
 
-    return bench_go_peers.pod_start(cluster, api, work, samples)
+    return bench_go_peers.pod_start(cluster, api, work, samples, view=view)
 
 
 def go_burst_figures(cluster: Cluster, api: KubeApi, work: Path, rounds: int) -> list[Figure]:
@@ -201,20 +215,9 @@ def main(argv: list[str] | None = None) -> int:
             ok &= section(
                 "dra", lambda: dra_figures(cluster, api, work / "dra", args.pods), figures
             )
-        if "go" in wanted:
-            ok &= section("go", lambda: go_figures(cluster, api, work / "go", args.pods), figures)
-        if "go-burst" in wanted:
-            ok &= section(
-                "go-burst",
-                lambda: go_burst_figures(cluster, api, work / "go-burst", args.rounds),
-                figures,
-            )
-        if "go-events" in wanted:
-            ok &= section(
-                "go-events",
-                lambda: go_event_figures(cluster, api, work / "go-events", args),
-                figures,
-            )
+        for name, measure in go_sections(cluster, api, work, args).items():
+            if name in wanted:
+                ok &= section(name, measure, figures)
         if "helm" in wanted:
             ok &= section("helm", lambda: helm_figures(cluster, args.helm_repeats), figures)
     print(render(figures, info, args.format))
