@@ -4,25 +4,17 @@ from its POST to its container running (no cluster, no timing)."""
 
 from __future__ import annotations
 
-import importlib
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from kae_deviceplugin.dra.prepare_times import PrepareTimes
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.bench_modules import bench_module
 
 
 def _breakdown() -> Any:
-    """benchmarks/dra_breakdown.py, imported as the benchmark does (from its directory)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        return importlib.import_module("dra_breakdown")
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    return bench_module("dra_breakdown")
 
 
 def test_a_prepare_log_line_parses_back(tmp_path: Path) -> None:

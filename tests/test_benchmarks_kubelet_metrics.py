@@ -5,24 +5,17 @@ the p99 only as the bound of the bucket it falls in."""
 
 from __future__ import annotations
 
-import importlib
 import math
 import ssl
-import sys
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.bench_modules import bench_module
+
 PREPARE = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"
 
 
 def _module() -> Any:
-    """benchmarks/kubelet_metrics.py, imported as the benchmark does (from its directory)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        return importlib.import_module("kubelet_metrics")
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    return bench_module("kubelet_metrics")
 
 
 def _exposition(ours: tuple[int, int, int], go: tuple[int, int, int], total: float) -> str:
