@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kae_deviceplugin.apiserver.paced import PacedApi
+from kae_deviceplugin.apiserver.paced import IN_FLIGHT, PacedApi
+from kae_deviceplugin.apiserver.rest_api import connect
 from kae_deviceplugin.apiserver.seam import NODES, RESOURCE_CLAIMS, JsonObject, Kind
 from kae_deviceplugin.config.settings import Settings
 from kae_deviceplugin.container.node_files import ContainerFiles
@@ -24,8 +25,11 @@ from kae_deviceplugin.errors import RequestBudgetSpent
 from kae_deviceplugin.testing.sysfs_trees import TREES
 from tests.dra.inventories import tree_inventory
 from tests.dra.node import HPRE_0, POOL
+from tests.support.apiserver_wire import Request
 from tests.support.dra_claims import Result, claim_object
 from tests.support.fake_apiserver import FakeApiServer
+from tests.support.http_apiserver import write_kubeconfig
+from tests.support.raw_http import json_answer, serving
 
 DEADLINE = 10.0
 
@@ -68,13 +72,14 @@ async def read_claims(claims: PacedApi, count: int, timeout: float) -> list[Base
 
 
 def test_a_burst_of_claim_reads_never_delays_the_pools_requests() -> None:
-    """300 claim reads queued in the claims' lane (20 sent, the rest waiting for tokens): a
-    request of the pool's lane still goes at once, while every claim read is still held."""
+    """300 claim reads queued in the claims' lane (IN_FLIGHT sent and held, the rest waiting
+    for tokens or for one of those to end): a request of the pool's lane still goes at once,
+    while every claim read is still held."""
     asyncio.run(_burst_then_pool())
 
 
 async def _burst_then_pool() -> None:
-    server = SlowClaims(expect=20)
+    server = SlowClaims(expect=IN_FLIGHT)
     server.objects[("nodes", None, "worker-1")] = node()
     pool = PacedApi(server)
     claims = pool.lane("claims", TokenBucket(rate=5.0, burst=20.0))  # no limit: deepest queue
@@ -83,7 +88,7 @@ async def _burst_then_pool() -> None:
         await server.reached.wait()
     async with asyncio.timeout(DEADLINE):  # 56 s behind the claims if they shared a bucket
         assert (await pool.get(NODES, "worker-1"))["metadata"]["name"] == "worker-1"
-    assert server.claim_reads == 20 and not burst.done()
+    assert server.claim_reads == IN_FLIGHT and not burst.done()
     burst.cancel()
     with pytest.raises(asyncio.CancelledError):
         await burst
@@ -141,3 +146,31 @@ def test_the_claims_status_never_spends_a_claim_reads_token(tmp_path: Path) -> N
         assert (await front._get_claim("team-a", "c1"))["metadata"]["uid"] == uid
 
     asyncio.run(main())
+
+
+def test_a_burst_of_reads_shares_a_few_connections(tmp_path: Path) -> None:
+    """50 claim reads at once through the real client: at most IN_FLIGHT connections, each
+    kept alive for the next read, instead of a new connection (a TLS handshake on the event
+    loop) for nearly every read."""
+
+    async def respond(request: Request, writer: asyncio.StreamWriter) -> bool:
+        name = request.path.rsplit("/", 1)[1]
+        writer.write(json_answer(200, {"metadata": {"name": name}}))
+        await writer.drain()
+        return True
+
+    async def main() -> int:
+        async with serving(respond) as server:
+            client = connect(write_kubeconfig(tmp_path / "kubeconfig", server.url, "t0"))
+            claims = PacedApi(client).lane("claims", TokenBucket(rate=5.0, burst=50.0))
+            try:
+                async with asyncio.timeout(DEADLINE):
+                    await asyncio.gather(
+                        *(claims.get(RESOURCE_CLAIMS, f"c{i}", "team-a") for i in range(50))
+                    )
+            finally:
+                await client.close()
+            assert len(server.requests) == 50
+            return server.connections
+
+    assert asyncio.run(main()) <= IN_FLIGHT

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import uuid
 
+from kae_deviceplugin.apiserver.paced import IN_FLIGHT
 from kae_deviceplugin.testing.sysfs_builder import set_attribute
 from tests.dra.node import HPRE_0, SEC_0
 from tests.support.dra_claims import Result, claim_object
@@ -21,7 +22,7 @@ from tests.support.http_apiserver import HttpApiServer
 
 DEADLINE = 10.0
 BURST = 300  # claims in one NodePrepareResources call
-SENT_AT_ONCE = 20  # the claims lane's burst (apiserver.paced.BURST)
+SENT_AT_ONCE = IN_FLIGHT  # claim reads the claims' lane has under way at once
 CLAIM_CALL = 60.0  # the daemon answers within its 30 s claim read limit
 
 
@@ -57,7 +58,7 @@ def test_health_reaches_the_slices_during_a_burst_of_claims_and_every_claim_gets
                 lambda: api.faults.count("get", "resourceclaims") >= SENT_AT_ONCE, DEADLINE
             ), daemon.describe()
             set_attribute(node.root, "hisi_sec2-0", "isolate", "1")
-            # Before the fix the slice write queued behind 280 claim reads: 56 s.
+            # Before issue 36's fix the slice write queued behind 280 claim reads: 56 s.
             assert api.wait_for(lambda: tainted(api, SEC_0), DEADLINE), daemon.describe()
             assert call.is_alive()  # the burst is still held: the taint did not wait for it
         finally:
