@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,13 +53,14 @@ def _delete_slices(cluster: Cluster) -> None:
 
 @contextmanager
 def served_dra(
-    cluster: Cluster, workdir: Path, tree: FixtureTree | None = None
+    cluster: Cluster, workdir: Path, tree: FixtureTree | None = None, extra: Sequence[str] = ()
 ) -> Iterator[tuple[Plugin, FixtureTree]]:
     """The DRA daemon on ``tree`` (else a fresh copy of the 2-socket tree), its pool published
     and the DeviceClasses applied."""
     workdir.mkdir(parents=True, exist_ok=True)
     tree = tree or FixtureTree.copy(TREE, workdir)
-    with running_dra_plugin(cluster, tree, workdir, ["--log-level", "info"]) as (plugin, _cdi):
+    args = ["--log-level", "info", *extra]
+    with running_dra_plugin(cluster, tree, workdir, args) as (plugin, _cdi):
         yield plugin, tree
 
 

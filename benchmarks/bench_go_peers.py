@@ -185,6 +185,10 @@ def four_drivers(
     ``make_tree`` gives each its tree (else the 2-socket fixture), ``ours_dp_extra`` are more
     arguments of our device plugin."""
     binaries = build()
+    # Our two daemons would see each other's pods through the kubelet's pod-resources API (the
+    # copies of the tree share PCI addresses) and take those devices out of their own pools,
+    # republishing each time, which a node in one mode never does: neither is given the socket.
+    alone = ("--pod-resources-socket", str(work / "no-pod-resources.sock"))
 
     def tree(name: str) -> FixtureTree | None:
         return make_tree(work / name) if make_tree else None
@@ -192,10 +196,10 @@ def four_drivers(
     with ExitStack() as stack:
         served = {
             "dp-ours": served_plugin(
-                cluster, work / "dp", "plugin-watcher", tree("dp"), ours_dp_extra
+                cluster, work / "dp", "plugin-watcher", tree("dp"), [*alone, *ours_dp_extra]
             ),
             "dp-go": go_plugin(cluster, binaries["deviceplugin"], work / "go-dp", tree("go-dp")),
-            "dra-ours": served_dra(cluster, work / "dra", tree("dra")),
+            "dra-ours": served_dra(cluster, work / "dra", tree("dra"), alone),
             "dra-go": go_dra(cluster, binaries["dra"], work / "go-dra", tree("go-dra")),
         }
         both = {kind: stack.enter_context(manager) for kind, manager in served.items()}
