@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
@@ -109,41 +110,41 @@ class PacedApi:
                 raise
         self.requests[verb] += 1
 
-    async def get(self, kind: Kind, name: str, namespace: str | None = None) -> JsonObject:
-        await self._token("get")
+    @contextlib.asynccontextmanager
+    async def _sending(self, verb: str) -> AsyncIterator[None]:
+        """A token of the lane, then one of its IN_FLIGHT places while the request is out."""
+        await self._token(verb)
         async with self._in_flight:
+            yield
+
+    async def get(self, kind: Kind, name: str, namespace: str | None = None) -> JsonObject:
+        async with self._sending("get"):
             return await self.api.get(kind, name, namespace)
 
     async def list(self, kind: Kind, field_selector: Mapping[str, str]) -> list[JsonObject]:
-        await self._token("list")
-        async with self._in_flight:
+        async with self._sending("list"):
             return await self.api.list(kind, field_selector)
 
     async def list_versioned(
         self, kind: Kind, field_selector: Mapping[str, str]
     ) -> tuple[builtins.list[JsonObject], str]:
-        await self._token("list")
-        async with self._in_flight:
+        async with self._sending("list"):
             return await self.api.list_versioned(kind, field_selector)
 
     async def create(self, kind: Kind, body: JsonObject) -> JsonObject:
-        await self._token("create")
-        async with self._in_flight:
+        async with self._sending("create"):
             return await self.api.create(kind, body)
 
     async def replace(self, kind: Kind, body: JsonObject) -> JsonObject:
-        await self._token("update")
-        async with self._in_flight:
+        async with self._sending("update"):
             return await self.api.replace(kind, body)
 
     async def apply_status(self, kind: Kind, body: JsonObject) -> JsonObject:
-        await self._token("patch")
-        async with self._in_flight:
+        async with self._sending("patch"):
             return await self.api.apply_status(kind, body)
 
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
-        await self._token("delete")
-        async with self._in_flight:
+        async with self._sending("delete"):
             await self.api.delete(kind, name, namespace)
 
     async def watch(
